@@ -1,0 +1,56 @@
+# tokenspeed_lit: every target sets itself up on a fresh clone (creates .venv, installs pinned deps).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
+NOGPU = $$($(BIN)/python -c 'import torch; print(int(not torch.cuda.is_available()))')
+RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
+
+.PHONY: help install test check-export nbtest pytest demo bench readme outputs clean
+
+help:
+	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
+	@echo "make demo   - the package's main job at a small size, prints a report"
+	@echo "make bench  - GPU benchmarks (side by side, one run)"
+	@echo "make readme - README.md from nbs/index.ipynb"
+
+$(STAMP): requirements-dev.txt settings.ini setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+install: $(STAMP)
+
+# nbdev_export and nbdev_clean must be no-ops: the package and the notebooks agree and are committed clean.
+check-export: $(STAMP)
+	@$(BIN)/python tools/check_noop.py -- $(BIN)/nbdev_export
+	@$(BIN)/python tools/check_noop.py -- $(BIN)/nbdev_clean
+	@$(BIN)/python tools/check_noop.py -- $(BIN)/python tools/nb2md.py --no-quarto nbs/index.ipynb README.md
+
+nbtest: $(STAMP)
+	@$(RUN) time $(BIN)/nbdev_test --n_workers 2 --timing
+
+pytest: $(STAMP)
+	@$(RUN) $(BIN)/python -m pytest -q tests/
+
+test: check-export nbtest pytest
+
+demo: $(STAMP)
+	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb
+
+readme: $(STAMP)
+	@$(BIN)/python tools/nb2md.py nbs/index.ipynb README.md
+
+# Execute notebooks and save their outputs in place (FLAGS=gpu also runs the GPU-only cells).
+outputs: $(STAMP)
+	@$(RUN) $(BIN)/python tools/run_nbs.py --flags "$(FLAGS)" $(NBS)
+
+clean:
+	rm -rf $(VENV) _proc docs/_site
