@@ -42,7 +42,8 @@ def nb2md(nb_path):
     return note + '\n\n'.join(p for p in parts if p) + '\n'
 
 if __name__ == '__main__':
-    src, dest = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if not a.startswith('--')]
+    src, dest = args[0], args[1]
     if shutil.which('quarto') and '--no-quarto' not in sys.argv:
         sys.exit(subprocess.call(['nbdev_readme']))
     Path(dest).write_text(nb2md(src))
