@@ -1,0 +1,254 @@
+"""Property tests of `tokenspeed_lit.fused_decode`: `fused_decode_input_prep` equals its plain-torch reference and the
+unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of steps (verify widths 1-4, overrides with
+and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
+going up and down, Mamba indices), starting each step from poisoned buffers; captured replays equal eager steps;
+every bad input raises `ValueError` before any buffer or runtime state is touched."""
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from tokenspeed_lit.core import default_device, synchronize
+from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
+                                         FusedDecodeStep, decode_step_ref, staging_layout)
+from tokenspeed_lit.padding import PaddedBuffers
+
+DEV = default_device()
+POISON = -77
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def random_table(g, rows, cols, null=0.2):
+    table = torch.randint(1, 1000, (rows, cols), generator=g, dtype=torch.int32)
+    table[torch.rand(rows, cols, generator=g) < null] = torch.tensor(-1, dtype=torch.int32)
+    table[torch.rand(rows, cols, generator=g) < null / 2] = 0
+    return table
+
+
+@given(batch=st.sampled_from([0, 1]) | st.integers(0, 150), L=st.integers(0, 4), rows=st.integers(1, 12),
+       cols=st.integers(1, 6), page_size=st.sampled_from([1, 2, 4, 16]), dummy=st.integers(0, 3),
+       seed=st.integers(0, 2**31 - 1), slack=st.integers(0, 5))
+def test_prep_matches_reference(batch, L, rows, cols, page_size, dummy, seed, slack):
+    g = _gen(seed)
+    table = random_table(g, rows, cols)
+    vcl = torch.randint(0, cols * page_size + 4, (rows,), generator=g, dtype=torch.int32)
+    pools = torch.randint(-2, rows + 3, (batch,), generator=g)           # some outside the pool
+    loc = torch.full((batch * L + slack,), POISON, dtype=torch.int32, device=DEV)
+    pos = torch.full((batch * L + slack,), POISON, dtype=torch.int64, device=DEV)
+    seq = torch.full((batch + slack,), POISON, dtype=torch.int32, device=DEV)
+    fused_decode_input_prep(loc, pos, seq, pools.to(DEV), vcl.to(DEV), L, table.to(DEV), page_size, dummy)
+    ref = fused_decode_input_prep_ref(pools, vcl, L, table, page_size, dummy)
+    for got, want in zip((loc, pos, seq), ref):
+        assert torch.equal(got[:want.numel()].cpu().long(), want)
+        assert (got[want.numel():] == POISON).all(), 'wrote past the batch'
+    # every slot is the dummy or inside a page the row owns
+    for i, s in enumerate(ref[0].tolist()):
+        if s != dummy:
+            assert s // page_size in table[int(pools[i // L])].tolist()
+
+
+@given(batch=st.integers(1, 80), L=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_prep_matches_unfused(batch, L, seed):
+    g = _gen(seed)
+    table = random_table(g, 10, 5).to(DEV)
+    vcl = torch.randint(0, 24, (10,), generator=g, dtype=torch.int32).to(DEV)
+    pools = torch.randint(0, 10, (batch,), generator=g).to(DEV)
+    a = [torch.empty(batch * L, dtype=torch.int32, device=DEV), torch.empty(batch * L, dtype=torch.int64, device=DEV),
+         torch.empty(batch, dtype=torch.int32, device=DEV)]
+    b = [torch.empty_like(t) for t in a]
+    fused_decode_input_prep(*a, pools, vcl, L, table, 4, 1)
+    decode_input_prep_unfused(*b, pools, vcl, torch.full((batch,), L, dtype=torch.int32, device=DEV), table, 4, 1)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+# ---- the fused step ----------------------------------------------------------------------------------------------
+
+def make_state(g, pool_rows, W, vocab, cols=4, page_size=4):
+    vcl = torch.randint(0, cols * page_size + 2, (pool_rows,), generator=g, dtype=torch.int32)
+    fim = torch.randint(-3, vocab + 6, (pool_rows, W), generator=g, dtype=torch.int32)   # some out of range
+    ready = torch.rand(pool_rows, generator=g) < 0.5
+    table = random_table(g, pool_rows, cols)
+    table[0] = 0
+    return [t.to(DEV) for t in (vcl, fim, ready, table)]
+
+
+def poison(bufs):
+    for t in bufs.buffers().values():
+        t.fill_(POISON if t.dtype != torch.bool else True)
+    bufs.input_lengths_buf[bufs.max_bs:] = 1        # sized like a token buffer; never written past max_bs
+
+
+@st.composite
+def decode_steps(draw, max_bs, max_tok, W, pool_rows, vocab, has_mamba):
+    B = draw(st.integers(0, min(max_bs, pool_rows - 1)))
+    L = draw(st.integers(1, W))
+    B = min(B, max_tok // L)
+    pools = draw(st.permutations(list(range(1, pool_rows))))[:B]
+    ids = st.one_of(st.just(-1), st.integers(-3, vocab + 10))
+    ovr = draw(st.none() | st.lists(ids, min_size=B, max_size=B))
+    mamba = None
+    if has_mamba and draw(st.booleans()):
+        mamba = [draw(st.lists(st.integers(-1, 50), min_size=B, max_size=B)) for _ in range(4)]
+    return pools, L, ovr, mamba
+
+
+@st.composite
+def step_cases(draw):
+    max_bs = draw(st.sampled_from([1, 3, 8, 70]))
+    W = draw(st.integers(1, 4))
+    max_tok = max_bs * draw(st.integers(1, 4))
+    has_mamba = draw(st.booleans())
+    pool_rows = max_bs + draw(st.integers(1, 6))
+    vocab = draw(st.integers(2, 60))
+    steps = draw(st.lists(decode_steps(max_bs, max_tok, W, pool_rows, vocab, has_mamba), min_size=1, max_size=3))
+    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, draw(st.integers(0, 2**31 - 1))
+
+
+@given(step_cases())
+def test_step_matches_reference(case):
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, seed = case
+    step = FusedDecodeStep.create(max_bs, max_tok, 4, dummy_kv_slot=3, state_write_padding_pool_index=pool_rows,
+                                  device=DEV, has_mamba=has_mamba)
+    vcl, fim, ready, table = make_state(_gen(seed), pool_rows, W, vocab)
+    step.bind(vcl, fim, ready, vocab, table)
+    for pools, L, ovr, mamba in steps:
+        poison(step.buffers)
+        before = {k: v.cpu() for k, v in step.buffers.snapshot().items()}
+        want, want_state = decode_step_ref(before, step.buffers.values, vcl.cpu(), fim.cpu(), ready.cpu(), vocab,
+                                           table.cpu(), 4, pools, L, ovr, mamba)
+        got_ovr = step(pools, L, ovr, mamba)
+        synchronize(DEV)
+        assert got_ovr == (None if ovr is None or all(x == -1 for x in ovr) else ovr)
+        for k, v in step.buffers.buffers().items():
+            assert torch.equal(v.cpu(), want[k]), k
+        for t, w in zip((vcl, fim, ready), want_state):
+            assert torch.equal(t.cpu(), w)
+
+
+def test_big_then_small_leaves_only_padding():
+    g = _gen(0)
+    vcl, fim, ready, table = make_state(g, 12, 2, 30)
+    step = FusedDecodeStep.create(8, 16, 4, dummy_kv_slot=5, state_write_padding_pool_index=11, device=DEV,
+                                  has_mamba=True).bind(vcl, fim, ready, 30, table)
+    step(list(range(1, 9)), 2, [7] * 8, [[1] * 8] * 4)
+    step([4], 1)
+    synchronize(DEV)
+    b, v = step.buffers, step.buffers.values
+    for name in ['input_ids_buf', 'shifted_prefill_ids_buf', 'positions_buf', 'out_cache_loc_buf']:
+        assert (getattr(b, name)[1:] == v[name]).all(), name
+    assert (b.mrope_positions_buf[:, 1:] == 0).all()
+    for name in ['input_lengths_buf', 'req_pool_indices_buf', 'state_write_req_pool_indices_buf', 'seq_lens_buf',
+                 'force_single_token_verify_buf', 'mamba_pool_indices_buf', 'mamba_track_pool_indices_buf']:
+        assert (getattr(b, name)[1:] == v[name]).all(), name
+    assert (b.extend_prefix_lens_buf == 0).all() and (b.extend_seq_lens_buf == 0).all()
+    assert (b.mamba_cow_src_indices_buf == -1).all()        # this step carried no Mamba indices
+
+
+@given(batch=st.integers(0, 6), tokens_per_req=st.integers(0, 4))
+def test_dummy_decode(batch, tokens_per_req):
+    step = FusedDecodeStep.create(6, 24, 4, dummy_kv_slot=2, state_write_padding_pool_index=9, device=DEV)
+    poison(step.buffers)
+    step.dummy(batch, batch * tokens_per_req)
+    synchronize(DEV)
+    b, v = step.buffers, step.buffers.values
+    seq = max(tokens_per_req, 1) if batch else 1
+    assert b.seq_lens_buf.tolist() == [seq] * batch + [1] * (6 - batch)
+    for name, t in b.buffers().items():
+        if name not in ('seq_lens_buf', 'mrope_positions_buf'):
+            assert (t == v[name]).all(), name
+    assert (b.mrope_positions_buf == 0).all()
+
+
+@given(st.lists(st.tuples(st.lists(st.integers(1, 9), min_size=0, max_size=4, unique=True), st.integers(1, 2),
+                          st.booleans()), min_size=1, max_size=4), st.integers(0, 2**31 - 1))
+def test_capture_replay_equals_eager(steps, seed):
+    vocab = 40
+    state = make_state(_gen(seed), 10, 2, vocab)
+    eager_state = [t.clone() for t in state]
+    cap = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    eag = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    cap.bind(state[0], state[1], state[2], vocab, state[3])
+    eag.bind(eager_state[0], eager_state[1], eager_state[2], vocab, eager_state[3])
+    graph = cap.capture()
+    for pools, L, with_ovr in steps:
+        ovr = [(p * 7) % (vocab + 5) - 1 for p in pools] if with_ovr else None
+        cap.stage(pools, L, ovr)
+        graph.replay()
+        eag(pools, L, ovr)
+        synchronize(DEV)
+        for k, v in cap.buffers.buffers().items():
+            assert torch.equal(v, eag.buffers.buffers()[k]), k
+        for a, b in zip(state[:3], eager_state[:3]):
+            assert torch.equal(a, b)
+
+
+def test_two_host_slots_alternate():
+    step = FusedDecodeStep.create(2, 4, 4, device=DEV)
+    assert [step.acquire() for _ in range(4)] == [0, 1, 0, 1]
+    assert step._host.shape == (3, staging_layout(2, 4)['end'])
+
+
+def _setup():
+    g = _gen(1)
+    vcl, fim, ready, table = make_state(g, 6, 2, 100)
+    step = FusedDecodeStep.create(4, 6, 4, dummy_kv_slot=0, state_write_padding_pool_index=6, device=DEV)
+    return step.bind(vcl, fim, ready, 100, table), (vcl, fim, ready, table)
+
+
+_BAD_STEPS = [
+    (lambda s, st: s([1, 2, 3, 4, 5], 1), 'larger than max_bs=4'),
+    (lambda s, st: s([1, 2], 3), 'uniform_input_length must be an integer in [1, 2]'),
+    (lambda s, st: s([1, 2], 0), 'uniform_input_length must be an integer in [1, 2]'),
+    (lambda s, st: s([1, 2, 3, 4], 2), '4 x 2 tokens exceed max_num_tokens=6'),
+    (lambda s, st: s([1, 6], 1), 'req_pool_indices holds 6, outside the pool [0, 6)'),
+    (lambda s, st: s([-1, 2], 1), 'req_pool_indices holds -1'),
+    (lambda s, st: s([1, 2**40], 1), 'req_pool_indices must hold int32 integers'),
+    (lambda s, st: s([1, 2], 1, [5]), 'decode_input_ids has 1 entries for 2 decode rows'),
+    (lambda s, st: s([1, 2], 1, [5, -2**40]), 'decode_input_ids must hold int32 integers'),
+    (lambda s, st: s([1, 2], 1, None, [[0, 0]] * 4), 'no Mamba buffers'),
+    (lambda s, st: s.dummy(5, 0), 'batch_size must be in [0, 4]'),
+    (lambda s, st: s.dummy(1, 7), 'total_tokens must be in [0, 6]'),
+    (lambda s, st: s.bind(st[0], st[1], st[2], 1, st[3]), 'vocab_size must be an integer >= 2'),
+    (lambda s, st: s.bind(st[0][:5], st[1], st[2], 100, st[3]), 'one entry per pool row'),
+    (lambda s, st: s.bind(st[0], st[1], st[2].int(), 100, st[3]), 'remote_spec_candidate_ready must be a 1-D torch.bool'),
+    (lambda s, st: s.bind(st[0].float(), st[1], st[2], 100, st[3]), 'valid_cache_lengths must have an integer dtype'),
+    (lambda s, st: s.bind(st[0], st[1][:, :0], st[2], 100, st[3]), 'at least one column'),
+    (lambda s, st: s.bind(st[0], st[1], st[2], 100, st[3][:, :0]), 'req_to_page must have at least one row'),
+    (lambda s, st: s.bind(st[0][::2], st[1][::2], st[2][::2], 100, st[3]), 'must be contiguous'),
+    (lambda s, st: s.bind(st[0], st[1], st[2], 100, st[3].flatten()), 'req_to_page must have 2 dimension'),
+]
+
+
+@pytest.mark.parametrize('call, msg', _BAD_STEPS)
+def test_bad_step_input_touches_nothing(call, msg):
+    step, state = _setup()
+    step([1, 2], 2, [9, -1])
+    synchronize(DEV)
+    bufs = step.buffers.snapshot()
+    before = [t.clone() for t in state]
+    with pytest.raises(ValueError, match=msg.replace('[', r'\[').replace(']', r'\]').replace('(', r'\(')
+                       .replace(')', r'\)')):
+        call(step, state)
+    synchronize(DEV)
+    for k, v in step.buffers.buffers().items():
+        assert torch.equal(v, bufs[k]), k
+    for a, b in zip(state, before):
+        assert torch.equal(a, b)
+    step([3], 1)                       # and the step still works
+
+
+@pytest.mark.parametrize('call, msg', [
+    (lambda: FusedDecodeStep.create(2, 4, 4, device=DEV)([1], 1), 'bind the step'),
+    (lambda: FusedDecodeStep(PaddedBuffers(2, 4, 0, 0, device=DEV), 4), 'buffers.scratch has 0 int32'),
+    (lambda: FusedDecodeStep.create(2, 4, 0, device=DEV), 'page_size must be a positive integer'),
+    (lambda: fused_decode_input_prep(*[torch.empty(2, dtype=torch.int32, device=DEV)] * 3,
+                                     torch.zeros(2, dtype=torch.int64, device=DEV),
+                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
+                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4), 'out_cache_loc has 2 elements'),
+])
+def test_bad_construction(call, msg):
+    with pytest.raises(ValueError, match=msg):
+        call()
