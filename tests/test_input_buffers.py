@@ -1,0 +1,273 @@
+"""Property tests of `tokenspeed_lit.input_buffers` and `tokenspeed_lit.padding`: `fill_input_buffers` equals the
+plain-torch `fill_input_buffers_ref` on random sequences of prefill, mixed, decode and empty steps (verify widths 1-4,
+overrides, ids outside the vocabulary, null pages, Mamba indices), starting each step from poisoned buffers; a big
+step followed by a small one leaves every tail at its padding value; dummy decode; every bad input raises
+`ValueError` and leaves the buffers and the runtime state untouched; the padding module's rules."""
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from tokenspeed_lit.core import default_device, synchronize
+from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
+from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
+                                    dummy_decode_seq_len, clamp_token_ids_)
+
+DEV = default_device()
+POISON = -77
+MAMBA = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
+
+
+def make_states(seed, pool_rows, W, vocab, cols=6, page_size=4):
+    g = torch.Generator().manual_seed(seed)
+    rs = RuntimeStates(pool_rows - 1, vocab, W, device=DEV)
+    rs.valid_cache_lengths.copy_(torch.randint(0, cols * page_size + 3, (pool_rows,), generator=g, dtype=torch.int32))
+    rs.future_input_map.copy_(torch.randint(-3, vocab + 5, (pool_rows, W), generator=g, dtype=torch.int32))
+    rs.remote_spec_candidate_ready.copy_(torch.rand(pool_rows, generator=g) < 0.5)
+    table = torch.randint(1, 400, (pool_rows, cols), generator=g, dtype=torch.int32)
+    table[torch.rand(pool_rows, cols, generator=g) < 0.2] = torch.tensor(-1, dtype=torch.int32)
+    table[torch.rand(pool_rows, cols, generator=g) < 0.1] = 0
+    table[0] = 0
+    return rs, table.to(DEV)
+
+
+@st.composite
+def forward_ops(draw, max_bs, max_tok, W, pool_rows, vocab, has_mamba):
+    B = draw(st.integers(0, min(max_bs, pool_rows - 1)))
+    ne = draw(st.sampled_from([0, B]) | st.integers(0, B))              # decode, prefill or mixed
+    B = min(B, ne + max_tok // W)
+    budget = max_tok - (B - ne) * W
+    plens = draw(st.lists(st.integers(0, max(0, min(9, budget))), min_size=ne, max_size=ne))
+    while sum(plens) > budget:
+        plens[plens.index(max(plens))] -= 1
+    P = sum(plens)
+    pools = draw(st.permutations(list(range(1, pool_rows))))[:B]
+    tok = st.integers(-3, vocab + 5)
+    ids, shifted = (draw(st.lists(tok, min_size=P, max_size=P)) for _ in range(2))
+    prefix = draw(st.lists(st.integers(0, 30), min_size=ne, max_size=ne))
+    full = [p + n + draw(st.integers(0, 2)) for p, n in zip(prefix, plens)]
+    ovr = draw(st.none() | st.lists(st.just(-1) | st.integers(-3, vocab + 9), min_size=B - ne, max_size=B - ne))
+    mamba = {f: draw(st.lists(st.integers(-1, 40), min_size=B, max_size=B)) for f in MAMBA} \
+        if has_mamba and draw(st.booleans()) else {}
+    op = ForwardOp(list(range(B)), pools, plens + [W] * (B - ne), ids, shifted, prefix, full, ovr, **mamba)
+    return op, P + (B - ne) * W
+
+
+@st.composite
+def fill_cases(draw):
+    max_bs = draw(st.sampled_from([1, 4, 9]))
+    max_tok = max_bs * draw(st.integers(1, 5))
+    W = draw(st.integers(1, 4))
+    has_mamba = draw(st.booleans())
+    pool_rows = max_bs + draw(st.integers(1, 5))
+    vocab = draw(st.integers(2, 50))
+    ops = draw(st.lists(forward_ops(max_bs, max_tok, W, pool_rows, vocab, has_mamba), min_size=1, max_size=4))
+    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, draw(st.integers(0, 2**31 - 1))
+
+
+def poison(ib):
+    for t in ib.buffers().values():
+        t.fill_(POISON if t.dtype != torch.bool else True)
+    ib.input_lengths_buf[ib.max_bs:] = 1
+
+
+def state_of(rs):
+    return rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready
+
+
+@given(fill_cases())
+def test_fill_matches_reference(case):
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, seed = case
+    rs, table = make_states(seed, pool_rows, W, vocab)
+    ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV,
+                      has_mamba=has_mamba)
+    for op, total in ops:
+        poison(ib)
+        before = {k: v.cpu() for k, v in ib.snapshot().items()}
+        want, want_state = fill_input_buffers_ref(before, ib.values, op, *[t.cpu() for t in state_of(rs)], vocab,
+                                                  table.cpu(), total, 4)
+        got = ib.fill_input_buffers(op, rs, table, total)
+        synchronize(DEV)
+        ovr = op.decode_input_ids
+        assert got == (None if ovr is None or all(x == -1 for x in ovr) else ovr)
+        for k, v in ib.buffers().items():
+            assert torch.equal(v.cpu(), want[k]), k
+        for t, w in zip(state_of(rs), want_state):
+            assert torch.equal(t.cpu(), w)
+        ne = op.num_extends()
+        assert ib.all_extends_mid_chunk == (ne > 0 and ne == len(op.request_ids) and all(
+            p + n < f for p, n, f in zip(op.extend_prefix_lens, op.input_lengths, op.prefill_lengths)))
+
+
+def _tails_are_padding(ib, batch, total, ne):
+    for r in PADDING:
+        if r.mamba and not ib.has_mamba:
+            continue
+        start = dict(tokens=total, rows=batch, extends=ne)[r.tail]
+        assert (getattr(ib, r.name)[..., start:] == ib.values[r.name]).all(), r.name
+
+
+@pytest.mark.parametrize('small', ['decode', 'mixed', 'empty'])
+def test_big_then_small_leaves_every_tail_padded(small):
+    rs, table = make_states(3, 12, 2, 50)
+    ib = InputBuffers(8, 24, 4, dummy_kv_slot=1, state_write_padding_pool_index=11, device=DEV, has_mamba=True)
+    big = ForwardOp(list(range(8)), list(range(1, 9)), [4, 2, 2, 2, 2, 2, 2, 2], [5] * 4, [6] * 4, [3], [10],
+                    [7, -1, 8, -1, 9, -1, 10], *([[2] * 8] * 4))
+    ib.fill_input_buffers(big, rs, table, 18)
+    if small == 'decode':
+        op, b, t, ne = ForwardOp([0], [3], [2], decode_input_ids=[4]), 1, 2, 0
+    elif small == 'mixed':
+        op, b, t, ne = ForwardOp([0, 1], [4, 3], [1, 2], [5], [6], [0], [1]), 2, 3, 1
+    else:
+        op, b, t, ne = ForwardOp([], [], []), 0, 0, 0
+    ib.fill_input_buffers(op, rs, table, t)
+    synchronize(DEV)
+    _tails_are_padding(ib, b, t, ne)
+    assert (ib.mamba_pool_indices_buf == -1).all()        # the small step carried no Mamba indices
+
+
+@given(batch=st.integers(0, 5), per=st.integers(0, 4))
+def test_dummy_decode(batch, per):
+    rs, table = make_states(4, 8, 4, 50)
+    ib = InputBuffers(5, 20, 4, dummy_kv_slot=3, state_write_padding_pool_index=7, device=DEV)
+    ib.fill_input_buffers(ForwardOp([0, 1], [1, 2], [4, 4], decode_input_ids=[3, 4]), rs, table, 8)
+    ib.fill_dummy_decode_buffers(batch, batch * per)
+    synchronize(DEV)
+    assert ib.seq_lens_buf.tolist() == [dummy_decode_seq_len(batch, batch * per)] * batch + [1] * (5 - batch)
+    for name, t in ib.buffers().items():
+        if name != 'seq_lens_buf':
+            assert (t == ib.values[name]).all(), name
+
+
+def test_rebinds_to_new_state():
+    rs1, table = make_states(5, 8, 2, 50)
+    rs2, _ = make_states(6, 8, 2, 50)
+    ib = InputBuffers(4, 8, 4, dummy_kv_slot=0, state_write_padding_pool_index=7, device=DEV)
+    op = ForwardOp([0, 1], [2, 5], [2, 2])
+    for rs in (rs1, rs2, rs1):
+        ib.fill_input_buffers(op, rs, table, 4)
+        synchronize(DEV)
+        assert ib.input_ids_buf[:4].tolist() == rs.future_input_map[[2, 5]].clamp(0, 49).flatten().tolist()
+
+
+def _mixed(**kw):
+    base = dict(request_ids=[0, 1], request_pool_indices=[3, 2], input_lengths=[3, 2], input_ids=[5, 6, 7],
+                shifted_input_ids=[6, 7, 8], extend_prefix_lens=[0], prefill_lengths=[3])
+    return ForwardOp(**{**base, **kw})
+
+
+def _dec(pools, **kw):
+    return ForwardOp(list(range(len(pools))), pools, [2] * len(pools), **kw)
+
+
+_BAD = [
+    (lambda: (_dec([1, 2, 3, 4, 5]), 10), 'batch of 5 requests is larger than max_bs=4'),
+    (lambda: (_dec([1, 2]), 17), 'total_tokens=17 must be an integer in [0, max_num_tokens=16]'),
+    (lambda: (_dec([1, 2]), -1), 'total_tokens=-1 must be an integer'),
+    (lambda: (_dec([1, 2]), 5), 'total_tokens=5 differs from sum(input_lengths)=4'),
+    (lambda: (_mixed(), 6), 'total_tokens=6 differs from sum(input_lengths)=5'),
+    (lambda: (ForwardOp([0, 1], [1, 2], [2]), 2), 'per-request lists disagree'),
+    (lambda: (ForwardOp([0], [1, 2], [2, 2]), 4), 'per-request lists disagree'),
+    (lambda: (_dec([1, 9]), 4), 'request_pool_indices holds 9, outside the pool [0, 9)'),
+    (lambda: (_dec([-3, 1]), 4), 'request_pool_indices holds -3'),
+    (lambda: (_mixed(request_pool_indices=[3, 12]), 5), 'request_pool_indices holds 12'),
+    (lambda: (_dec([1, 2], decode_input_ids=[5]), 4), 'decode_input_ids has 1 entries for 2 decode rows'),
+    (lambda: (_mixed(decode_input_ids=[1, 2]), 5), 'decode_input_ids has 2 entries for 1 decode rows'),
+    (lambda: (ForwardOp([0, 1], [1, 2], [1, 3]), 4), 'every decode row must feed 2 tokens'),
+    (lambda: (_mixed(input_lengths=[3, 1]), 4), 'every decode row must feed 2 tokens'),
+    (lambda: (_mixed(input_ids=[5, 6]), 5), 'input_ids has 2 entries, 3 expected'),
+    (lambda: (_mixed(shifted_input_ids=[5, 6, 7, 8]), 5), 'shifted_input_ids has 4 entries, 3 expected'),
+    (lambda: (_mixed(prefill_lengths=[]), 5), 'prefill_lengths has 0 entries, 1 expected'),
+    (lambda: (_mixed(extend_prefix_lens=[0, 0, 0]), 5), '3 extend rows'),
+    (lambda: (_mixed(extend_prefix_lens=[-1]), 5), 'must be >= 0'),
+    (lambda: (_mixed(input_ids=[5, 2**33, 7]), 5), 'input_ids must hold int32 integers'),
+]
+
+
+@pytest.mark.parametrize('make, msg', _BAD)
+def test_bad_input_touches_nothing(make, msg):
+    rs, table = make_states(7, 9, 2, 1000)
+    ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+    ib.fill_input_buffers(_dec([1, 4], decode_input_ids=[7, -1]), rs, table, 4)
+    synchronize(DEV)
+    bufs, state = ib.snapshot(), [t.clone() for t in state_of(rs)]
+    op, total = make()
+    with pytest.raises(ValueError) as e:
+        ib.fill_input_buffers(op, rs, table, total)
+    assert msg in str(e.value)
+    synchronize(DEV)
+    for k, v in ib.buffers().items():
+        assert torch.equal(v, bufs[k]), k
+    for a, b in zip(state_of(rs), state):
+        assert torch.equal(a, b)
+
+
+def test_mamba_lists_checked():
+    rs, table = make_states(8, 9, 1, 100)
+    ib = InputBuffers(4, 8, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV, has_mamba=True)
+    op = ForwardOp([0, 1], [1, 2], [1, 1], mamba_pool_indices=[1, 2], mamba_cow_src_indices=[1],
+                   mamba_branching_seqlens=[1, 2], mamba_track_pool_indices=[1, 2])
+    with pytest.raises(ValueError, match='four Mamba index lists'):
+        ib.fill_input_buffers(op, rs, table, 2)
+
+
+@pytest.mark.parametrize('call, msg', [
+    (lambda: InputBuffers(4, 16, 0, 0, 8), 'page_size must be a positive integer'),
+    (lambda: InputBuffers(0, 16, 4, 0, 8), 'max_bs must be a positive integer'),
+    (lambda: InputBuffers(8, 4, 4, 0, 8), 'max_num_tokens (4) must be >= max_bs (8)'),
+    (lambda: RuntimeStates(0, 100), 'req_pool_size must be a positive integer'),
+    (lambda: RuntimeStates(4, 1), 'vocab_size must be an integer >= 2'),
+    (lambda: RuntimeStates(4, 100, 0), 'output_length must be a positive integer'),
+    (lambda: InputBuffers(4, 16, 4, 0, 8).fill_dummy_decode_buffers(5, 1), 'batch_size must be in [0, 4]'),
+])
+def test_bad_construction(call, msg):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert msg in str(e.value)
+
+
+# ---- padding rules -------------------------------------------------------------------------------------------------
+
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=8), st.integers(0, 320))
+def test_pick_capture_size(sizes, batch):
+    got = pick_capture_size(batch, sizes)
+    fits = [s for s in sizes if s >= batch]
+    assert got == (min(fits) if fits else None)
+
+
+@given(max_bs=st.integers(1, 9), extra=st.integers(0, 9), has_mamba=st.booleans(), data=st.data())
+def test_reset_tail_rule(max_bs, extra, has_mamba, data):
+    pb = PaddedBuffers(max_bs, max_bs + extra, dummy_kv_slot=5, state_write_padding_pool_index=99, device=DEV,
+                       has_mamba=has_mamba, scratch=data.draw(st.integers(0, 70)))
+    for t in pb.buffers().values():
+        t.fill_(3 if t.dtype != torch.bool else True)
+    b = data.draw(st.integers(0, max_bs))
+    t_ = data.draw(st.integers(0, max_bs + extra))
+    ne = data.draw(st.integers(0, b))
+    pb.reset_tail_(b, t_, ne)
+    vals = padding_values(5, 99, has_mamba)
+    for r in pb.rules:
+        buf, start = getattr(pb, r.name), dict(tokens=t_, rows=b, extends=ne)[r.tail]
+        assert (buf[..., :start] == (3 if r.dtype != torch.bool else True)).all(), r.name
+        assert (buf[..., start:] == vals[r.name]).all(), r.name
+    # the dict form on copies agrees with the method
+    assert all(torch.equal(a, pb.buffers()[k]) for k, a in reset_tail(pb.snapshot(), vals, b, t_, ne).items())
+
+
+def test_padded_buffers_layout():
+    pb = PaddedBuffers(5, 11, 0, 0, device=DEV, has_mamba=True, scratch=13)
+    ends = []
+    for name, t in pb.buffers().items():
+        off = t.data_ptr() - pb.slab.data_ptr()
+        assert off % 256 == 0 and off == pb.offsets[name] * t.element_size()
+        assert off >= 13 * 4
+        ends.append((off, off + t.numel() * t.element_size()))
+    ends.sort()
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), 'views overlap'
+
+
+def test_clamp_and_dummy_rules():
+    ids = torch.tensor([-5, 0, 7, 8, 100])
+    assert clamp_token_ids_(ids, 8).tolist() == [0, 0, 7, 7, 7]
+    assert dummy_decode_seq_len(4, 12) == 3 and dummy_decode_seq_len(4, 0) == 1 and dummy_decode_seq_len(0, 5) == 1
+    with pytest.raises(ValueError, match='capture_sizes'):
+        pick_capture_size(1, [0, 4])
