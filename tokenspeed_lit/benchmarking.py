@@ -35,10 +35,13 @@ def _wall_us(fn, reps: int = 5) -> float:
         t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
     return 1e6 * statistics.median(ts)
 
-def device_time_us(fn, device=None, inner: int = 20, reps: int = 30) -> float:
+def device_time_us(fn, device=None, inner: int = 20, reps: int = 30, eager: bool = False) -> float:
     "Median device time of one `fn()` in µs, from timed replays of a CUDA graph of `inner` calls (wall clock on CPU)."
     device = as_device(device)
     if not is_accel(device): return _wall_us(fn)
+    if eager:   # fn stages per-call host data (a graph would replay the captured call's) or its gaps count: events
+        import triton.testing
+        return 1000 * triton.testing.do_bench(fn, return_mode='median')
     try: g = capture(lambda: [fn() for _ in range(inner)], device)
     except Exception as e:   # not capturable (e.g. it synchronises): event timing of eager calls, an upper bound
         warnings.warn(f'device_time_us: {fn!r} could not be captured ({e}); timing eager calls instead')
@@ -52,13 +55,16 @@ def device_time_us(fn, device=None, inner: int = 20, reps: int = 30) -> float:
         ts.append(1000 * a.elapsed_time(b) / inner)
     return statistics.median(ts)
 
-def host_issue_us(fn, device=None, iters: int = 200, warmup: int = 20) -> float:
+def host_issue_us(fn, device=None, iters: int = 200, warmup: int = 20, sync_each: bool = False) -> float:
     "Median host time in microseconds to *issue* `fn()` (no synchronisation inside the timed region)."
+    # sync_each: wait for the device after every call, outside the timed region, for calls that enqueue so much
+    # work that a queue full of earlier calls would block the host inside the call being timed
     for _ in range(warmup): fn()
     synchronize(device)
     ts = []
     for _ in range(iters):
         t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+        if sync_each: synchronize(device)
     synchronize(device)
     return 1e6 * statistics.median(ts)
 

@@ -11,8 +11,8 @@ import torch
 # %% auto #0
 __all__ = ['HAS_ACCEL', 'triton_interpreted', 'default_device', 'as_device', 'is_accel', 'host_empty', 'host_full',
            'CompletedEvent', 'new_stream', 'current_stream', 'use_stream', 'new_event', 'record_event', 'wait_event',
-           'synchronize', 'copy_to', 'Captured', 'capture', 'check_int_tensor', 'check_same_len', 'check_capacity',
-           'check_positive', 'check_same_device']
+           'synchronize', 'copy_to', 'copy_many', 'to_device_async', 'Captured', 'capture', 'check_int_tensor',
+           'check_same_len', 'check_capacity', 'check_positive', 'check_same_device']
 
 # %% ../nbs/00_core.ipynb #f305197b
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -103,6 +103,22 @@ def copy_to(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     host = src if src.device.type == 'cpu' else dst
     dst.copy_(src, non_blocking=bool(HAS_ACCEL and cross and host.is_pinned()))
     return dst
+
+# %% ../nbs/00_core.ipynb #fb6ba41b
+def copy_many(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]):
+    "`copy_to` for lists: `srcs[i]` into `dsts[i]`, all between the same two memories, issued in one call."
+    if len(dsts) != len(srcs): raise ValueError(f'len(dsts)={len(dsts)}, len(srcs)={len(srcs)}')
+    if not len(dsts): return
+    d, s = dsts[0], srcs[0]
+    host = s if s.device.type == 'cpu' else d
+    torch._foreach_copy_(list(dsts), list(srcs), non_blocking=bool(HAS_ACCEL and d.device != s.device
+                                                                   and host.is_pinned()))
+
+def to_device_async(t: torch.Tensor, device=None) -> torch.Tensor:
+    "Host tensor `t` on `device`, copied without blocking the host (on the CPU: `t` itself)."
+    device = as_device(device)
+    if not is_accel(device): return t
+    return t.pin_memory().to(device, non_blocking=True)
 
 # %% ../nbs/00_core.ipynb #207a43a1
 class Captured:
