@@ -15,7 +15,7 @@ DEV = default_device()
 FP8 = getattr(torch, 'float8_e4m3fn', None)
 DTYPES = [torch.bfloat16, torch.uint8, torch.float32] + ([FP8] if FP8 is not None else [])
 # transports that can run here without compiled kernels (the GPU transports have their own tests)
-TRANSPORTS = ['slices'] + ([] if HAS_ACCEL else ['index'])
+TRANSPORTS = ['slices', 'zero_copy', 'staged'] + ([] if HAS_ACCEL else ['index'])
 
 
 @st.composite
@@ -151,7 +151,11 @@ def test_events_one_per_tensor_in_groups(pool, transport, groups):
     evs = m.load_pages_with_events([(1, 0)])
     assert len(evs) == len(m.tensor_pairs) and all(e is not None for e in evs)
     assert len({id(e) for e in evs}) == m.fence_groups
-    assert m.fence_groups == min(groups or len(evs), len(evs))
+    k = groups if groups is not None else m._transport.default_fence_groups
+    n, units = len(evs), m._plan.units
+    assert m.fence_groups == (n if k is None or k >= n else min(k, len(units)))
+    if m.fence_groups < n:                                   # groups join whole layers' worth of tensors
+        assert all(len({id(evs[i]) for i in unit}) == 1 for unit in units)
     if not HAS_ACCEL: assert all(isinstance(e, CompletedEvent) for e in evs)
     for e in evs: e.synchronize()
     assert all(e.query() for e in evs)
@@ -160,9 +164,9 @@ def test_events_one_per_tensor_in_groups(pool, transport, groups):
 BAD = ['device_high', 'device_negative', 'host_high', 'host_negative', 'duplicate_destination']
 
 
-@given(any_pool, st.sampled_from(BAD), st.booleans(), st.data())
-def test_bad_pairs_raise_before_any_byte_moves(pool, kind, store, data):
-    m = FlatHostMirror(pool, 3)
+@given(any_pool, st.sampled_from(BAD), st.booleans(), st.sampled_from(TRANSPORTS), st.data())
+def test_bad_pairs_raise_before_any_byte_moves(pool, kind, store, transport, data):
+    m = FlatHostMirror(pool, 3, transport=transport)
     pairs = data.draw(pair_sets(m))
     D, H = m.num_device_pages, m.num_host_pages
     bad = {'device_high': (data.draw(st.integers(D, D + 5)), 0), 'device_negative': (data.draw(st.integers(-5, -1)), 0),
