@@ -12,7 +12,7 @@ RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUF
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
-	@echo "make demo   - the package's main job at a small size, prints a report"
+	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
 	@echo "make bench  - GPU benchmarks (side by side, one run)"
 	@echo "make readme - README.md from nbs/index.ipynb"
 
@@ -40,7 +40,7 @@ pytest: $(STAMP)
 test: check-export nbtest pytest
 
 demo: $(STAMP)
-	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo $(DEMO_ARGS)
+	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo --ranks $(or $(RANKS),1) $(DEMO_ARGS)
 
 bench: $(STAMP)
 	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/07_host_transport.ipynb
