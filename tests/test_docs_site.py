@@ -215,13 +215,23 @@ def _search_cases():
         not _importable(host), reason=f'{host} is not in this tree yet (the check applies once it is)')))
     return cases
 
+@pytest.fixture(scope='module')
+def search_page(browser, base_url):
+    "One page for all the searches: each starts from the search box of the page the previous one left."
+    p = Page(browser, base_url)
+    p.goto(f'{base_url}index.html')
+    yield p
+    p.close()
+
 @pytest.mark.parametrize('name,fq', _search_cases())
-def test_search_finds(name, fq, page, base_url):
+def test_search_finds(name, fq, search_page, base_url):
     "Typed into the sidebar's search box, the name's API entry is among the results."
-    p = page.goto(f'{base_url}index.html')
+    page = search_page
+    page.errors.clear(); page.offsite.clear()
+    p = page.page
     p.fill('.sidebar-search', name)
     p.press('.sidebar-search', 'Enter')
-    p.wait_for_url('**/search.html?q=*')
+    p.wait_for_url(re.compile(r'/search\.html\?q=' + re.escape(name) + r'(&|$)'))
     p.wait_for_selector('#search-results .search-summary:not(:empty)', timeout=15000)
     results = p.eval_on_selector_all('#search-results ul.search li a', 'els => els.map(e => e.href)')
     hits = [h for h in results if urldefrag(h)[1].endswith('.' + name)]

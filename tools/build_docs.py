@@ -49,16 +49,30 @@ def notebooks():
 def _filter():
     "nbdev's processors, with flagged cells left unexecuted and `show_doc` cells in definition order."
     from nbdev.processors import FilterDefaults, exec_show_docs, add_show_docs
-    from nbdev.processors import _want_doc, _show_docs, _get_nm, _def_names
+    from nbdev.processors import _want_doc, _show_docs, _get_nm, _def_names, _is_showdoc
     from nbdev.process import NbCell
     from execnb.nbio import mk_cell
     from fastcore.foundation import L
     flags = set(settings().get('tst_flags', '').split())
 
     class exec_unflagged(exec_show_docs):
+        def begin(self):
+            super().begin(); self.deferred = []
+
         def __call__(self, cell):
             if flags & set(cell.directives_): return
-            super().__call__(cell)
+            try: super().__call__(cell)
+            except Exception:
+                # show_doc evaluates annotations; one naming a class defined further down (a forward reference)
+                # only resolves once the rest of the notebook has run, as it does in the exported module.
+                if not (_is_showdoc(cell) and isinstance(self.k.exc, NameError)): raise
+                self.deferred.append(cell)
+
+        def end(self):
+            for cell in self.deferred:
+                self.k.cell(cell)
+                if self.k.exc: raise Exception(f'Error in cell {cell.idx_}:\n{cell.source}') from self.k.exc
+            super().end()
 
     class add_show_docs_in_order(add_show_docs):
         def begin(self):   # nbdev inserts each cell's show_docs at one index, which reverses them
@@ -158,7 +172,7 @@ def _obj_kind(fq):
         return 'function'
     return 'function'
 
-def api_entry(md, page, links):
+def api_entry(md, page, links, seen):
     "A `show_doc` markdown output as a Sphinx API entry (MyST), or None when it is not one nbdev made."
     m = _re_showdoc.match(md)
     if not m: return None
@@ -169,11 +183,18 @@ def api_entry(md, page, links):
     sig = re.sub(r'^(?:async\s+)?(?:def|class)\s+', '', m.group('sig').strip()).rstrip(':').strip()
     sig = re.sub(r'\s*\n\s*', ' ', sig)                    # nbdev wraps long signatures
     sig = re.sub(r'\(\s+', '(', re.sub(r'\s+\)', ')', sig))
-    sig = qual if kind == 'property' else re.sub(r'^[\w.]+', qual, sig)
+    opts = [f':module: {mod}']
+    if kind == 'property':
+        ret = re.search(r'\)\s*->\s*(.+)$', sig)
+        sig = qual
+        if ret: opts.append(f':type: {ret.group(1).strip()}')
+    else: sig = re.sub(r'^[\w.]+', qual, sig)
+    if fq in seen: opts.append(':no-index:')   # shown twice on one page (e.g. a property's getter and setter)
+    seen.add(fq)
     body = m.group('rest').strip('\n')
     src = f'[source]({m.group("src")}){{.nb-source}}\n\n' if m.group('src') else ''
     fence = ':' * max(4, max((len(r) for r in re.findall(r'^:{3,}', body, re.M)), default=0) + 1)
-    return (f'{fence}{{py:{kind}}} {sig}\n:module: {mod}\n\n{src}{links(body)}\n{fence}\n')
+    return f'{fence}{{py:{kind}}} {sig}\n' + '\n'.join(opts) + f'\n\n{src}{links(body)}\n{fence}\n'
 
 def frontmatter(nb):
     "The YAML frontmatter nbdev put in a raw cell, removed from the notebook."
@@ -195,7 +216,7 @@ def convert(proc_path, page, links, toctree=None, module=None):
     head = [f"# {fm.get('title', page)}"]
     if fm.get('description'): head.append('{.nb-description}\n' + fm['description'].strip())
     if module: head.append(f':::{{py:module}} {module}\n:no-index:\n:::')
-    cells = [_md_cell('\n\n'.join(head))]
+    cells, seen = [_md_cell('\n\n'.join(head))], set()
     for c in nb['cells']:
         src = ''.join(c['source'])
         if c['cell_type'] == 'markdown':
@@ -213,7 +234,7 @@ def convert(proc_path, page, links, toctree=None, module=None):
             data = o.get('data', {})
             if 'text/markdown' in data:
                 md = ''.join(data['text/markdown'])
-                entry = api_entry(md, page, links) if 'show_doc' in body else None
+                entry = api_entry(md, page, links, seen) if 'show_doc' in body else None
                 data = dict(data, **{'text/markdown': entry if entry is not None else links(md)})
                 o = dict(o, data=data)
             outs.append(o)
@@ -276,7 +297,10 @@ def build(workers=2, clean=False, quiet=True):
     for stale in SRC.rglob('*.ipynb'):          # a notebook that was renamed or removed
         if stale not in wanted: stale.unlink()
     t2 = time.time()
-    cmd = [sys.executable, '-m', 'sphinx', '-b', 'html', '-c', str(DOCS), '-d', str(DOCTREES), '-j', str(workers),
+    # -E -a: always a whole build (a few seconds). Sphinx's incremental mode leaves the sidebar of unchanged
+    # pages stale when a notebook is added, renamed or retitled.
+    cmd = [sys.executable, '-m', 'sphinx', '-E', '-a', '-b', 'html', '-c', str(DOCS), '-d', str(DOCTREES),
+           '-j', str(workers),
            str(SRC), str(out)] + (['-q'] if quiet else [])
     subprocess.run(cmd, check=True, cwd=ROOT)
     t3 = time.time()
