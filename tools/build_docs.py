@@ -67,6 +67,7 @@ def _filter():
                 # only resolves once the rest of the notebook has run, as it does in the exported module.
                 if not (_is_showdoc(cell) and isinstance(self.k.exc, NameError)): raise
                 self.deferred.append(cell)
+                self.k.exc = None     # else the next cell, run or not, re-raises it
 
         def end(self):
             for cell in self.deferred:
@@ -101,6 +102,7 @@ def proc_nb(src, dst):
     _filter()()(nb)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
+    Path(dst).touch()      # write_nb leaves an unchanged file alone; its time marks when it was checked
     return str(src)
 
 # ---- 2. conversion to myst-nb ---------------------------------------------------------------------------
@@ -152,7 +154,7 @@ _re_showdoc = re.compile(
     r'#{2,4} (?P<name>[^\n]+)\n\s*```python\n(?P<sig>.*?)\n```\n?(?P<rest>.*)$', re.S)
 
 def _obj_kind(fq):
-    "'class', 'method' or 'function' for a fully qualified name, by importing it."
+    "The py domain directive for a fully qualified name (class, method, property, ...), by importing it."
     import importlib, inspect
     parts = fq.split('.')
     for i in range(len(parts) - 1, 0, -1):
@@ -280,12 +282,18 @@ def build(workers=2, clean=False, quiet=True):
     if not pages: sys.exit('no notebooks found')
     nbs_path = ROOT / cfg.get('nbs_path', 'nbs')
     procd = {p: proc / p.relative_to(nbs_path) for p, _ in pages}
+    # A processed notebook is reused while it is newer than its notebook, the package (show_doc reads the
+    # signatures there), settings.ini and this script.
+    deps = [ROOT / 'settings.ini', Path(__file__).resolve()] + list((ROOT / cfg.get('lib_path')).rglob('*.py'))
+    newest = max(p.stat().st_mtime for p in deps)
+    todo = {s: d for s, d in procd.items() if not (d.exists() and d.stat().st_mtime >= max(newest, s.stat().st_mtime))}
     # One fresh interpreter per worker (as nbdev does): the show_doc cells import the package and torch.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import build_docs    # workers find `proc_nb` by module name, whatever `__main__` is
     ctx = multiprocessing.get_context('spawn')
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(pages))), mp_context=ctx) as ex:
-        list(ex.map(build_docs.proc_nb, procd, procd.values()))
+    if todo:
+        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=ctx) as ex:
+            list(ex.map(build_docs.proc_nb, todo, todo.values()))
     t1 = time.time()
     links = Links(cfg, [d for _, d in pages])
     wanted = set()
@@ -304,7 +312,7 @@ def build(workers=2, clean=False, quiet=True):
            str(SRC), str(out)] + (['-q'] if quiet else [])
     subprocess.run(cmd, check=True, cwd=ROOT)
     t3 = time.time()
-    print(f'docs: {len(pages)} pages in {out.relative_to(ROOT)}/  (nbdev processing {t1 - t0:.1f}s, '
+    print(f'docs: {len(pages)} pages in {out.relative_to(ROOT)}/  ({len(todo)} notebooks processed by nbdev in {t1 - t0:.1f}s, '
           f'conversion {t2 - t1:.1f}s, sphinx {t3 - t2:.1f}s)')
     return out
 
