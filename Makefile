@@ -44,7 +44,7 @@ demo: $(STAMP)
 	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb
+	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/07_host_transport.ipynb
 
 readme: $(STAMP)
 	@$(BIN)/python tools/nb2md.py nbs/index.ipynb README.md

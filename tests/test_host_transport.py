@@ -1,0 +1,162 @@
+"""Property tests of the GPU transports of `tokenspeed_lit.host_transport` (on a CPU they run through the Triton
+interpreter): byte-for-byte equal to the per-slice reference transport on whole host blocks and whole pools, at every
+alignment the page-copy kernel can be handed, with chunked staging and coalesced runs, and (GPU only) layer-wise
+fencing on a side stream."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from tokenspeed_lit.core import HAS_ACCEL, default_device, synchronize, new_stream, wait_event, use_stream
+from tokenspeed_lit.kv_pool import PagedKVPool
+from tokenspeed_lit.host_mirror import FlatHostMirror
+from tokenspeed_lit.host_transport import _PageCopier
+
+DEV = default_device()
+KERNEL_TRANSPORTS = ['zero_copy', 'staged']
+
+
+@st.composite
+def odd_pools(draw):
+    "Protocol pools whose slices are 1, 2, 4, 8 or 16-byte multiples, so every word size of the kernel is exercised."
+    ps, pages = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+    dtype = draw(st.sampled_from([torch.uint8, torch.bfloat16, torch.float32]))
+    width = draw(st.integers(1, 9))
+    layers = draw(st.integers(1, 3))
+    ks = [torch.zeros(pages * ps, width, dtype=dtype, device=DEV) for _ in range(layers)]
+    vs = [torch.zeros(pages * ps, width + draw(st.integers(0, 2)), dtype=dtype, device=DEV) for _ in range(layers)]
+    state = [(torch.zeros(pages, draw(st.integers(1, 5)), dtype=torch.uint8, device=DEV),
+              torch.zeros(pages, 3, dtype=torch.float32, device=DEV))] if draw(st.booleans()) else []
+    return SimpleNamespace(page_size=ps, k_buffer=ks, v_buffer=vs, state_slabs=state)
+
+
+def pools():
+    return odd_pools() | st.builds(
+        lambda ps, layers, slab, state, dtype: PagedKVPool(4, ps, layers, 2, 4, dtype, DEV, slab, state),
+        st.sampled_from([1, 4, 16]), st.integers(1, 3), st.integers(1, 2), st.sets(st.integers(0, 0)),
+        st.sampled_from([torch.bfloat16, torch.uint8]))
+
+
+def randomise(m, g):
+    for t, _ in m.tensor_pairs:
+        flat = t.view(-1).view(torch.uint8)
+        flat.copy_(torch.randint(0, 256, flat.shape, generator=g, dtype=torch.uint8).to(flat.device))
+
+
+def payload(m):
+    "The host bytes that belong to tensors (alignment padding between slices, if any, is nobody's)."
+    return [hb.clone() for hb in m._host_bytes]
+
+
+@st.composite
+def pair_sets(draw, m):
+    n = draw(st.integers(1, min(m.num_device_pages, m.num_host_pages)))
+    d = draw(st.permutations(range(m.num_device_pages)))[:n]
+    h = draw(st.permutations(range(m.num_host_pages)))[:n]
+    return torch.tensor(list(zip(d, h)), dtype=torch.int64)
+
+
+@given(pools(), st.sampled_from(KERNEL_TRANSPORTS), st.integers(2, 6), st.integers(0, 2**31 - 1), st.data())
+def test_kernel_transports_equal_the_slice_reference(pool, transport, host_pages, seed, data):
+    m = FlatHostMirror(pool, host_pages, transport='slices')
+    g = torch.Generator().manual_seed(seed)
+    randomise(m, g)
+    pairs = data.draw(pair_sets(m))
+    # reference: the slice loop
+    m.host_pages.fill_(0x3C)
+    m.store_pages(pairs); synchronize()
+    want_host = payload(m)
+    m.host_pages.copy_(torch.randint(0, 256, m.host_pages.shape, generator=g, dtype=torch.uint8))
+    host_before = m.host_pages.clone()
+    dev_before = [t.clone() for t, _ in m.tensor_pairs]
+    m.load_pages(pairs); synchronize()
+    want_dev = [t.clone() for t, _ in m.tensor_pairs]
+    # the candidate, from the same starting points
+    m.transport = transport
+    if transport == 'staged': m._transport.set_capacity(data.draw(st.integers(1, host_pages)))
+    for (t, _), b in zip(m.tensor_pairs, dev_before): t.copy_(b)
+    m.host_pages.fill_(0x3C)
+    m.store_pages(pairs); synchronize()
+    assert all(map(torch.equal, payload(m), want_host)), 'store differs from the slice loop'
+    m.host_pages.copy_(host_before)
+    for (t, _), b in zip(m.tensor_pairs, dev_before): t.copy_(b)
+    evs = m.load_pages_with_events(pairs)
+    for e in evs: e.synchronize()
+    for i, ((t, _), w) in enumerate(zip(m.tensor_pairs, want_dev)):
+        assert torch.equal(t.view(-1).view(torch.uint8), w.view(-1).view(torch.uint8)), f'load differs, tensor {i}'
+
+
+@given(odd_pools())
+def test_unit_divides_every_offset(pool):
+    m = FlatHostMirror(pool, 2)
+    c = _PageCopier(m, m.host_pages)
+    p = m._plan
+    assert c.unit in (1, 2, 4, 8, 16)
+    assert all(o % c.unit == 0 and s % c.unit == 0 for o, s in zip(p.offsets, p.slice_bytes))
+    assert p.page_bytes % c.unit == 0
+    assert c.vec * c.anchor.element_size() == c.unit
+
+
+@given(st.lists(st.integers(0, 11), min_size=1, max_size=12, unique=True), st.integers(1, 12))
+def test_staged_copies_one_run_per_chunk_run(hosts, cap):
+    pool = PagedKVPool(13, 2, 1, 1, 4, device=DEV)
+    m = FlatHostMirror(pool, 12, transport='staged')
+    m._transport.set_capacity(cap)
+    pairs = torch.tensor([(i + 1, h) for i, h in enumerate(hosts)])
+    m.store_pages(pairs); synchronize()
+    s = sorted(hosts)
+    runs = 0
+    for c0 in range(0, len(s), cap):
+        chunk = s[c0:c0 + cap]
+        runs += 1 + sum(b != a + 1 for a, b in zip(chunk, chunk[1:]))
+    assert m._transport.last_copies == runs
+
+
+def test_fence_groups_never_split_a_layer():
+    pool = PagedKVPool(4, 2, 6, 1, 4, device=DEV, state_layers=[3])
+    m = FlatHostMirror(pool, 2, transport='zero_copy', fence_groups=7)
+    evs = m.load_pages_with_events([(1, 0)])
+    assert len(evs) == 10 + 2 and m.fence_groups == 6           # 6 layers: at most one group each
+    for l in range(6):
+        idx = m.state_tensor_indices_of_layer(l) or (m.tensor_index_of_layer(l),
+                                                     m.tensor_index_of_layer(l) + m.num_k_tensors)
+        assert evs[idx[0]] is evs[idx[1]]
+    assert len({id(e) for e in evs}) == 6
+    for k, want in [(2, 2), (1, 1), (11, 6), (12, 12), (40, 12)]:
+        m.fence_groups = k
+        assert m.fence_groups == want
+        assert len({id(e) for e in m.load_pages_with_events([(1, 0)])}) == want
+
+
+@pytest.mark.skipif(not HAS_ACCEL, reason='needs a GPU: streams and events are real only there')
+@pytest.mark.parametrize('transport', ['slices', 'zero_copy', 'staged'])
+def test_gpu_layerwise_fencing_reads_only_landed_layers(transport):
+    "A consumer stream that waits on one layer's events, then copies that layer, sees the loaded bytes."
+    L, pages, ps = 8, 64, 16
+    pool = PagedKVPool(pages + 1, ps, L, 8, 128, device=DEV)
+    m = FlatHostMirror(pool, pages, transport=transport, fence_groups=L)
+    for t, _ in m.tensor_pairs: t.view(torch.uint8).random_(0, 256)
+    pairs = torch.stack([torch.arange(1, pages + 1), torch.randperm(pages)], 1)
+    m.store_pages(pairs); synchronize()
+    want = [pool.k_of(l).clone() for l in range(L)]
+    for t, _ in m.tensor_pairs: t.zero_()
+    xfer, consumer = new_stream(), new_stream()
+    synchronize()
+    evs = m.load_pages_with_events(pairs, stream=xfer)
+    got = []
+    with use_stream(consumer):
+        for l in range(L):
+            wait_event(evs[m.tensor_index_of_layer(l)], consumer)
+            got.append(pool.k_of(l).clone())
+    synchronize()
+    for l in range(L): assert torch.equal(got[l], want[l]), f'layer {l} read before it landed'
+
+
+@pytest.mark.skipif(not HAS_ACCEL, reason='needs a GPU')
+def test_gpu_host_pages_are_pinned_and_default_is_a_kernel_transport():
+    pool = PagedKVPool(3, 4, 2, 2, 8, device=DEV)
+    m = FlatHostMirror(pool, 2)
+    assert m.host_pages.is_pinned()
+    from tokenspeed_lit.host_mirror import ACCEL_TRANSPORT
+    assert m.transport == ACCEL_TRANSPORT
