@@ -46,6 +46,18 @@ def notebooks():
 
 # ---- 1. nbdev processing -------------------------------------------------------------------------------
 
+def _mixed_imports(cell):
+    "The top-level import statements of a code cell that also does other things (None for any other cell)."
+    import ast
+    from nbdev.processors import _do_eval, _is_showdoc
+    if cell.cell_type != 'code' or _is_showdoc(cell) or not _do_eval(cell): return None
+    if cell.directives_.keys() & {'export', 'exports', 'exporti', 'exec_doc'}: return None
+    try: body = ast.parse(cell.source).body
+    except SyntaxError: return None    # IPython magics: left to nbdev
+    imps = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not imps or len(imps) == len(body): return None
+    return '\n'.join(ast.get_source_segment(cell.source, n) for n in imps)
+
 def _filter():
     "nbdev's processors, with flagged cells left unexecuted and `show_doc` cells in definition order."
     from nbdev.processors import FilterDefaults, exec_show_docs, add_show_docs
@@ -61,6 +73,14 @@ def _filter():
 
         def __call__(self, cell):
             if flags & set(cell.directives_): return
+            imports = _mixed_imports(cell)
+            if imports is not None:
+                # nbdev runs a whole cell that imports, which fails when the rest of it uses a variable from a
+                # cell nbdev does not run (and replaces its saved outputs). Only its imports matter to show_doc.
+                if not self.nb.has_docs_ or not hasattr(self, 'k'): return
+                self.k.run(imports)
+                if self.k.exc: raise Exception(f'Error in cell {cell.idx_}:\n{imports}') from self.k.exc
+                return
             try: super().__call__(cell)
             except Exception:
                 # show_doc evaluates annotations; one naming a class defined further down (a forward reference)
@@ -305,6 +325,8 @@ def build(workers=2, clean=False, quiet=True):
     for stale in SRC.rglob('*.ipynb'):          # a notebook that was renamed or removed
         if stale not in wanted: stale.unlink()
     t2 = time.time()
+    # A fresh output folder, so that the page of a renamed or removed notebook does not linger.
+    if out.is_dir() and out.resolve() != ROOT and ROOT in out.resolve().parents: shutil.rmtree(out)
     # -E -a: always a whole build (a few seconds). Sphinx's incremental mode leaves the sidebar of unchanged
     # pages stale when a notebook is added, renamed or retitled.
     cmd = [sys.executable, '-m', 'sphinx', '-E', '-a', '-b', 'html', '-c', str(DOCS), '-d', str(DOCTREES),
