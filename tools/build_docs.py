@@ -8,17 +8,23 @@ downloads. This script keeps nbdev's half of the work and hands the result to Sp
 1. **nbdev processing** (what `nbdev_proc_nbs` does, into `_proc/`): frontmatter from the title cell, hidden and
    `#| export` cells dropped, a `show_doc` cell after every exported definition, `show_doc` cells executed (so
    the API entries carry the exported signatures and docstrings), backticked names linked to their entries.
-   Two deliberate differences from `nbdev_proc_nbs`: it does not try to install Quarto (which, with no `sudo`,
-   ends in a `pip install -e .` into whatever `pip` is first on PATH), and cells marked with a test flag from
-   settings.ini (`tst_flags`, e.g. `#| gpu`) are not executed, exactly as `nbdev_test` skips them. Their
-   saved outputs (GPU tables, plots) are shown as saved.
+   Where it differs from `nbdev_proc_nbs`, on purpose:
+   - it does not try to install Quarto (with no `sudo`, nbdev's attempt ends in a `pip install -e .` into
+     whatever `pip` is first on PATH: the system's, outside the project's venv);
+   - cells marked with a test flag from settings.ini (`tst_flags`, e.g. `#| gpu`) are not run, as `nbdev_test`
+     skips them; their saved outputs (GPU tables, plots) are shown as saved;
+   - of a cell that mixes imports with other code only the imports run (nbdev runs it whole, which fails when
+     the rest needs a variable from a cell it does not run, and replaces the cell's saved outputs);
+   - a `show_doc` cell whose annotations name a class defined further down runs again at the end;
+   - the `show_doc` cells nbdev adds after a cell that defines several names come in definition order.
 2. **Conversion** (into `docs/_build/src/`): each processed notebook becomes a myst-nb notebook named like
    nbdev's page (`00_core.ipynb` -> `core.html`): the frontmatter becomes the title, Quarto cell options
    (`#| echo: false`, ...) become myst-nb tags, every `show_doc` output becomes a Sphinx `py:function` /
    `py:class` entry (signature and docstring as nbdev rendered them, an anchor, an index entry, a search
    result), and nbdev's links to `doc_host` become cross-references to those entries.
 3. **Sphinx** (`docs/conf.py`, theme furo) renders `docs/_build/src` into `docs/_site` with saved outputs
-   only (nothing is executed), incrementally: sources whose text did not change are not rewritten.
+   only (nothing is executed), a whole build each time (seconds). Step 1, the slow one, is skipped for a
+   notebook whose processed copy is newer than it, the package, settings.ini and this script.
 
 Every notebook in nbs/ (as `nbdev_export` finds them) becomes a page; the home page is nbs/index.ipynb."""
 import argparse, configparser, json, multiprocessing, os, re, shutil, subprocess, sys, time

@@ -1,12 +1,13 @@
 """Sphinx math rendered to MathML at build time (latex2mathml), so that no page loads MathJax from a CDN.
 
 Chromium, Firefox and Safari render MathML Core natively."""
+from html import escape
 from docutils import nodes
 from latex2mathml.converter import convert
 
 def _mathml(latex, display):
     try: return convert(latex, display=display)
-    except Exception: return f'<code class="math-source">{nodes.escape(latex) if hasattr(nodes, "escape") else latex}</code>'
+    except Exception: return f'<code class="math-source">{escape(latex)}</code>'   # shown as its LaTeX
 
 def visit_math(self, node):
     self.body.append(self.starttag(node, 'span', '', CLASS='math') + _mathml(node.astext(), 'inline') + '</span>')
