@@ -8,13 +8,14 @@ STAMP := $(VENV)/.installed
 NOGPU = $$($(BIN)/python -c 'import torch; print(int(not torch.cuda.is_available()))')
 RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
 
-.PHONY: help install test check-export nbtest pytest demo bench readme outputs clean
+.PHONY: help install test check-export nbtest pytest demo bench readme docs outputs clean
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
 	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
 	@echo "make bench  - GPU benchmarks (side by side, one run)"
 	@echo "make readme - README.md from nbs/index.ipynb"
+	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
 
 $(STAMP): requirements-dev.txt settings.ini setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,9 +49,13 @@ bench: $(STAMP)
 readme: $(STAMP)
 	@$(BIN)/python tools/nb2md.py nbs/index.ipynb README.md
 
+# nbdev's processing + Sphinx/myst-nb (Quarto cannot be installed offline): see tools/build_docs.py.
+docs: $(STAMP)
+	@$(RUN) $(BIN)/python tools/build_docs.py $(DOCS_ARGS)
+
 # Execute notebooks and save their outputs in place (FLAGS=gpu also runs the GPU-only cells).
 outputs: $(STAMP)
 	@$(RUN) $(BIN)/python tools/run_nbs.py --flags "$(FLAGS)" $(NBS)
 
 clean:
-	rm -rf $(VENV) _proc docs/_site
+	rm -rf $(VENV) _proc docs/_site docs/_build test-artifacts
