@@ -43,8 +43,9 @@ test: check-export nbtest pytest
 demo: $(STAMP)
 	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo --ranks $(or $(RANKS),1) $(DEMO_ARGS)
 
+# GPU: every benchmark side by side in one run (tables to bench/results/*.json), then the Performance page.
 bench: $(STAMP)
-	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/07_host_transport.ipynb
+	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/91_performance.ipynb
 
 readme: $(STAMP)
 	@$(BIN)/python tools/nb2md.py nbs/index.ipynb README.md
