@@ -4,6 +4,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# NOVENV=1: use the python3 on PATH as it is (a GPU machine with torch, triton and nbdev already installed and no
+# package index), e.g. `make bench NOVENV=1`
+ifdef NOVENV
+BIN := $(patsubst %/,%,$(dir $(shell command -v python3)))
+STAMP :=
+endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
 NOGPU = $$($(BIN)/python -c 'import torch; print(int(not torch.cuda.is_available()))')
 RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
@@ -13,7 +19,7 @@ RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUF
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
 	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
-	@echo "make bench  - GPU benchmarks (side by side, one run)"
+	@echo "make bench  - GPU benchmarks side by side in one run, then the Performance page (NOVENV=1: no venv)"
 	@echo "make readme - README.md from nbs/index.ipynb"
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
 
