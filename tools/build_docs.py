@@ -133,19 +133,7 @@ def proc_nb(src, dst):
 
 # ---- 2. conversion to myst-nb ---------------------------------------------------------------------------
 
-_re_directive = re.compile(r'^\s*#\s*\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
-
-def split_directives(src):
-    "Quarto/nbdev cell options (`#| key: value` lines at the top) and the rest of the source."
-    lines, d = src.splitlines(), {}
-    i = 0
-    while i < len(lines) and (not lines[i].strip() or _re_directive.match(lines[i])):
-        m = _re_directive.match(lines[i])
-        if m: d[m.group(1)] = m.group(2).strip('"\'')
-        i += 1
-    return d, '\n'.join(lines[i:])
-
-def _false(v): return str(v).lower() in ('false', 'no', '0')
+from nbcells import split_directives, is_false as _false   # noqa: E402  (tools/ is on sys.path)
 
 class Links:
     "nbdev's links to `doc_host` pages and entries, as Sphinx cross-references."

@@ -4,20 +4,9 @@
 binary downloads. Where `quarto` is on PATH this script defers to `nbdev_readme`; otherwise it writes
 the same GitHub-flavoured markdown itself: hidden cells dropped, `#|` directives removed, code in
 python fences, text outputs in plain fences, markdown outputs inline."""
-import json, re, shutil, subprocess, sys
+import json, shutil, subprocess, sys
 from pathlib import Path
-
-def _directives(src):
-    d, body, head = {}, [], True
-    for line in src.splitlines():
-        m = re.match(r'^\s*#\s*\|\s*(.*)$', line) if head else None
-        if m:
-            parts = m.group(1).replace(':', ' ').split()
-            if parts: d[parts[0]] = parts[1:]
-            continue
-        head = False
-        body.append(line)
-    return d, '\n'.join(body).strip('\n')
+from nbcells import split_directives, is_false
 
 def _output_md(o):
     if o.get('output_type') == 'stream': return '```\n' + ''.join(o['text']).rstrip('\n') + '\n```'
@@ -32,11 +21,12 @@ def nb2md(nb_path):
     for c in nb['cells']:
         src = ''.join(c['source'])
         if c['cell_type'] == 'markdown': parts.append(src.strip('\n')); continue
-        d, body = _directives(src)
-        if 'hide' in d or 'export' in d and 'hide' in d: continue
-        echo = d.get('echo', ['true'])[0].lower() != 'false'
+        d, body = split_directives(src)
+        body = body.strip('\n')
+        if 'hide' in d: continue
+        echo = not is_false(d.get('echo', 'true'))
         if body and echo: parts.append('```python\n' + body + '\n```')
-        if d.get('output', ['true'])[0].lower() != 'false':
+        if not is_false(d.get('output', 'true')):
             parts += [m for m in map(_output_md, c.get('outputs', [])) if m]
     note = '<!-- generated from nbs/index.ipynb by `make readme`: do not edit -->\n\n'
     return note + '\n\n'.join(p for p in parts if p) + '\n'

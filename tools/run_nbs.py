@@ -4,18 +4,9 @@
 are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb
 Cells marked `#| eval: false` are skipped, as are cells marked with a test flag from settings.ini
 (`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides."""
-import argparse, configparser, os, re, sys, time
+import argparse, configparser, os, sys, time
 from pathlib import Path
-
-def directives(src):
-    out = {}
-    for line in src.splitlines():
-        if not line.strip(): continue
-        m = re.match(r'^\s*#\s*\|\s*(.*)$', line)
-        if not m: break
-        parts = m.group(1).replace(':', ' ').split()
-        if parts: out[parts[0]] = [p.lower() for p in parts[1:]]
-    return out
+from nbcells import split_directives, is_false
 
 def main():
     ap = argparse.ArgumentParser()
@@ -35,8 +26,8 @@ def main():
         nb = read_nb(nbp)
         def _skip(cell):
             if cell.cell_type != 'code': return True
-            d = directives(cell.source)
-            if d.get('eval', [''])[0] == 'false': return True
+            d, _ = split_directives(cell.source)
+            if is_false(d.get('eval', 'true')): return True
             if skip & d.keys(): return True
             return False
         t0 = time.time()
