@@ -75,6 +75,7 @@ def test_kernel_transports_equal_the_slice_reference(pool, transport, host_pages
     # the candidate, from the same starting points
     m.transport = transport
     if transport == 'staged': m._transport.set_capacity(data.draw(st.integers(1, host_pages)))
+    else: m._transport.set_pairs_per_call(data.draw(st.integers(1, host_pages)))    # chunks: one slot each
     for (t, _), b in zip(m.tensor_pairs, dev_before): t.copy_(b)
     m.host_pages.fill_(0x3C)
     m.store_pages(pairs); synchronize()
@@ -161,3 +162,44 @@ def test_gpu_host_pages_are_pinned_and_default_is_a_kernel_transport():
     assert m.host_pages.is_pinned()
     from tokenspeed_lit.host_mirror import ACCEL_TRANSPORT
     assert m.transport == ACCEL_TRANSPORT
+
+
+def test_zero_copy_pairs_per_call_is_checked():
+    m = FlatHostMirror(PagedKVPool(3, 2, 1, 1, 4, device=DEV), 2, transport='zero_copy')
+    with pytest.raises(ValueError, match='pairs'): m._transport.set_pairs_per_call(0)
+
+
+def test_zero_copy_empty_call_records_events_and_moves_nothing():
+    pool = PagedKVPool(3, 2, 2, 1, 4, device=DEV)
+    m = FlatHostMirror(pool, 2, transport='zero_copy')
+    m.host_pages.fill_(0x77)
+    assert m.store_pages([]) is None
+    evs = m.load_pages_with_events(torch.empty(0, 2, dtype=torch.int64))
+    assert len(evs) == len(m.tensor_pairs) and all(e is not None for e in evs)
+    for e in evs: e.synchronize()
+    assert (m.host_pages == 0x77).all()
+
+
+@pytest.mark.skipif(not HAS_ACCEL, reason='needs a GPU: only there can the host run ahead of queued copies')
+def test_gpu_host_running_ahead_never_rewrites_queued_page_ids():
+    "Many calls queued behind a long kernel: each needs its own slot (the ring grows, then waits); all bytes land."
+    calls, per = 12, 4
+    pool = PagedKVPool(calls * per + 1, 16, 4, 8, 128, device=DEV)
+    m = FlatHostMirror(pool, calls * per, transport='zero_copy')
+    for t, _ in m.tensor_pairs: t.view(torch.uint8).random_(0, 256)
+    for _ in range(2): m.store_pages([(1, 0)])                   # capture the store graphs of the first slots
+    synchronize()
+    m.host_pages.fill_(0)
+    torch.cuda._sleep(50_000_000)                                # ~25 ms: every call below is queued behind it
+    for c in range(calls):                                       # each call: its own device and host pages
+        m.store_pages([(1 + c * per + k, calls * per - 1 - (c * per + k)) for k in range(per)])
+    synchronize()
+    zc = m._transport
+    assert 2 < len(zc._slots) <= zc.max_slots
+    for c in range(calls):
+        for k in range(per):
+            d, h = 1 + c * per + k, calls * per - 1 - (c * per + k)
+            for (t, hv), span in zip(m.tensor_pairs, m.row_spans):
+                got = hv[h].reshape(-1).view(torch.uint8).cpu()
+                want = t[d * span:(d + 1) * span].reshape(-1).view(torch.uint8).cpu()
+                assert torch.equal(got, want), f'call {c}, pair ({d}, {h})'

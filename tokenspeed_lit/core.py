@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 # %% auto #0
-__all__ = ['HAS_ACCEL', 'triton_interpreted', 'default_device', 'as_device', 'is_accel', 'host_empty', 'host_full',
+__all__ = ['HAS_ACCEL', 'triton_interpreted', 'default_device', 'as_device', 'is_accel', 'num_sms', 'host_empty', 'host_full',
            'CompletedEvent', 'new_stream', 'current_stream', 'use_stream', 'new_event', 'record_event', 'wait_event',
            'synchronize', 'copy_to', 'copy_many', 'to_device_async', 'Captured', 'capture', 'dist_backend', 'dist_init',
            'dist_all_reduce', 'dist_close', 'check_int_tensor', 'check_same_len', 'check_capacity', 'check_positive',
@@ -28,7 +28,7 @@ def triton_interpreted() -> bool:
     "True when Triton kernels run through the CPU interpreter instead of being compiled."
     return os.environ.get('TRITON_INTERPRET', '0') == '1'
 
-# %% ../nbs/00_core.ipynb #111267a3
+# %% ../nbs/00_core.ipynb #68e116e5
 def default_device() -> torch.device:
     "The device model inputs live on: the current CUDA device when there is one, else the CPU."
     return torch.device('cuda', torch.cuda.current_device()) if HAS_ACCEL else torch.device('cpu')
@@ -41,6 +41,11 @@ def is_accel(device) -> bool:
     "True when `device` (a device, a string or a tensor) is an accelerator device."
     if isinstance(device, torch.Tensor): device = device.device
     return torch.device(device).type == 'cuda'
+
+def num_sms(device=None) -> int:
+    "Streaming multiprocessors of `device` (sizes a persistent kernel's grid); 1 on the CPU, one interpreter thread."
+    device = as_device(device)
+    return torch.cuda.get_device_properties(device).multi_processor_count if is_accel(device) else 1
 
 # %% ../nbs/00_core.ipynb #25941e89
 def host_empty(shape, dtype=torch.int32, pinned: bool = True) -> torch.Tensor:
@@ -61,7 +66,7 @@ class CompletedEvent:
     def elapsed_time(self, end) -> float: return 0.0
     def __repr__(self): return 'CompletedEvent()'
 
-# %% ../nbs/00_core.ipynb #e65dd46c
+# %% ../nbs/00_core.ipynb #91b4141a
 def new_stream(device=None):
     "A new side stream on `device` (a `torch.cuda.Stream`), or `None` on the CPU."
     device = as_device(device)
@@ -76,9 +81,11 @@ def use_stream(stream):
     "Context manager making `stream` current; a no-op for `None` (the current stream, or the CPU)."
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
-def new_event(device=None, timing: bool = False):
+def new_event(device=None, timing: bool = False, external: bool = False):
     "An event on `device`: `torch.cuda.Event` on an accelerator, a `CompletedEvent` on the CPU."
-    return torch.cuda.Event(enable_timing=timing) if is_accel(as_device(device)) else CompletedEvent()
+    # external: recorded inside a graph capture, the record becomes a node of the graph, so every replay records it
+    if not is_accel(as_device(device)): return CompletedEvent()
+    return torch.cuda.Event(enable_timing=timing, external=external)
 
 def record_event(stream=None, device=None):
     "Record a new event on `stream` (or the current stream) and return it."

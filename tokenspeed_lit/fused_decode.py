@@ -248,7 +248,7 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
         for k in tl.static_range(3):
             tl.store(s64 + O_MROPE + k * MAX_TOK + t, zero, mask=m)
 
-# %% ../nbs/02_fused_decode.ipynb #91ba736b
+# %% ../nbs/02_fused_decode.ipynb #24850068
 class FusedDecodeStep:
     "A decode step's inputs in one host-to-device copy and one kernel launch, over the buffers of a `PaddedBuffers`."
     def __init__(self, buffers: PaddedBuffers, page_size: int):
@@ -261,7 +261,7 @@ class FusedDecodeStep:
         self._host = host_full((3, lay['end']), 0, torch.int32)      # pinned once: two ring slots + one for capture
         self._np = [self._host[i].numpy() for i in range(3)]         # numpy views: struct packs into them
         self._u32 = [a.view('uint32') for a in self._np]             # negative pool indices read as huge: one range check
-        self._events = [new_event(self.device), new_event(self.device)]
+        self._events = [new_event(self.device, external=True) for _ in range(2)]   # recorded inside the slots' graphs
         self._next = 0
         slab = buffers.slab
         self._views = (slab.view(torch.int32), slab.view(torch.int64), slab.view(torch.bool))
@@ -359,7 +359,7 @@ def is_bound_to(self: FusedDecodeStep, valid_cache_lengths, future_input_map, re
     return (self.bound and vcl is valid_cache_lengths and fim is future_input_map and
             ready is remote_spec_candidate_ready and table is req_to_page and vocab == vocab_size)
 
-# %% ../nbs/02_fused_decode.ipynb #22d14601
+# %% ../nbs/02_fused_decode.ipynb #0318751f
 @patch
 def acquire(self: FusedDecodeStep) -> int:
     "The next host slot, once the copy that last read it has finished."
@@ -401,9 +401,10 @@ def launch(self: FusedDecodeStep, slot: int, n: int):
 
 @patch
 def _issue_decode(self: FusedDecodeStep, slot: int, mamba: bool):
-    "The device work of a decode step from host slot `slot`: its copy (a decode step's length) and the kernel."
+    "The device work of a decode step from host slot `slot`: its copy (a decode step's length), event, and the kernel."
     dst, src = self._copies[slot][1 if mamba else 0]
     copy_to(dst, src)
+    if slot < 2: self._events[slot].record()   # captured: a graph node, so the slot frees as soon as its copy ran
     _fill_kernel[self.grid](*self._args, WP=self._wp)
 
 @patch
@@ -420,10 +421,8 @@ def _capture_ring(self: FusedDecodeStep):
 
 @patch
 def launch_decode(self: FusedDecodeStep, slot: int, mamba: bool):
-    "Issue the decode step packed in host slot `slot`: one replay of its captured copy + kernel; record its event."
-    if slot < 2:
-        self._graphs[slot, mamba].replay()
-        self._events[slot].record()
+    "Issue the decode step packed in host slot `slot`: one replay of its captured copy, event record and kernel."
+    if slot < 2: self._graphs[slot, mamba].replay()
     else: self._issue_decode(slot, mamba)
 
 # %% ../nbs/02_fused_decode.ipynb #bb724b17
