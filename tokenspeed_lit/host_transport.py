@@ -40,7 +40,7 @@ def _page_copy_kernel(anchor, block, base, units, block_off, ids, first, n_tenso
             else:
                 tl.store(anchor + d0 + offs, tl.load(block + b0 + offs, mask=m), mask=m)
 
-# %% ../nbs/07_host_transport.ipynb #50c65c19
+# %% ../nbs/07_host_transport.ipynb #9ea51b7d
 class _PageCopier:
     "The page-copy kernel bound to a mirror's tensors and one page-major block (pinned host pages or device staging)."
     block_words, max_parts, programs_per_sm = 2048, 16, 8
@@ -73,19 +73,25 @@ class _PageCopier:
             self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts, self.page_units,
             TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
 
+def _pack_ids(out: np.ndarray, pages: np.ndarray) -> np.ndarray:
+    "Write `[n, 2]` pairs into the int64 array `out` in the kernel's `ids` layout `[n, d0, b0, d1, b1, ...]`."
+    out[0] = len(pages)
+    out[1:1 + 2 * len(pages)] = pages.reshape(-1)
+    return out
+
 def page_ids(pages: np.ndarray) -> torch.Tensor:
     "The kernel's `ids` buffer for `[n, 2]` (device page, block page) pairs: `[n, d0, b0, d1, b1, ...]`, int64."
-    return torch.from_numpy(np.concatenate([[len(pages)], np.asarray(pages, np.int64).reshape(-1)]))
+    return torch.from_numpy(_pack_ids(np.empty(1 + 2 * len(pages), np.int64), np.asarray(pages, np.int64)))
 
-# %% ../nbs/07_host_transport.ipynb #c068126a
+# %% ../nbs/07_host_transport.ipynb #e6ff1fb7
 class _Slot:
     "One entry of the page-id ring: pinned ids, their device copy, an event after the last call that read them."
     def __init__(self, pairs: int, device):
-        self.host = host_full((1 + 2 * pairs,), 0, torch.int64)      # [n, d0, h0, d1, h1, ...]: `page_ids` layout
+        self.host = host_full((1 + 2 * pairs,), 0, torch.int64)      # the `ids` layout, packed by `_pack_ids`
         self.ids = self.host.numpy()
         self.dev = torch.zeros(1 + 2 * pairs, dtype=torch.int64, device=device)
         self.done = new_event(device, external=True)
-        self.calls = {}      # (to_host, fence groups or None) -> (captured call, group events, per-tensor events)
+        self.calls = {}      # (to_host, fence groups or None) -> (captured call, per-tensor events)
 
 class ZeroCopyTransport(Transport):
     "Triton launches reading/writing the pinned host pages directly over PCIe (no DMA copies), replayed as one graph."
@@ -126,7 +132,7 @@ class ZeroCopyTransport(Transport):
                 self.copier.launch(slot.dev, group, to_block=to_host)
                 if events: evs[gi].record()
             slot.done.record()
-        slot.ids[0] = 0                 # the capture's warm-up runs an empty call: no pair, no byte moves
+        _pack_ids(slot.ids, np.empty((0, 2), np.int64))   # the capture's warm-up runs an empty call: nothing moves
         call = capture(issue, dev)
         synchronize(dev)                # the warm-up copies read the slot: finish them before it is packed
         per_tensor = [None] * len(self.mirror.tensor_pairs)
@@ -142,9 +148,7 @@ class ZeroCopyTransport(Transport):
                 slot = self._acquire()
                 call = slot.calls.get(key)
                 if call is None: call = slot.calls[key] = self._capture(slot, to_host, groups, events)
-                chunk = pages[c0:c0 + cap]
-                slot.ids[0] = len(chunk)
-                slot.ids[1:1 + 2 * len(chunk)] = chunk.reshape(-1)
+                _pack_ids(slot.ids, pages[c0:c0 + cap])
                 call[0].replay()
         return list(call[1]) if events else None
 
