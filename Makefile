@@ -6,12 +6,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # NOVENV=1: use the python3 on PATH as it is (a GPU machine with torch, triton and nbdev already installed and no
 # package index), e.g. `make bench NOVENV=1`
+PY = $(BIN)/python
 ifdef NOVENV
 BIN := $(patsubst %/,%,$(dir $(shell command -v python3)))
+PY := $(shell command -v python3)
 STAMP :=
 endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
-NOGPU = $$($(BIN)/python -c 'import torch; print(int(not torch.cuda.is_available()))')
+NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
 RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
 
 .PHONY: help install test check-export nbtest pytest demo bench readme docs outputs clean
@@ -24,45 +26,45 @@ help:
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
 
 $(STAMP): requirements-dev.txt settings.ini setup.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-dev.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 install: $(STAMP)
 
 # nbdev_export and nbdev_clean must be no-ops: the package and the notebooks agree and are committed clean.
 check-export: $(STAMP)
-	@$(BIN)/python tools/check_noop.py -- $(BIN)/nbdev_export
-	@$(BIN)/python tools/check_noop.py -- $(BIN)/nbdev_clean
-	@$(BIN)/python tools/check_noop.py -- $(BIN)/python tools/nb2md.py --no-quarto nbs/index.ipynb README.md
+	@$(PY) tools/check_noop.py -- $(BIN)/nbdev_export
+	@$(PY) tools/check_noop.py -- $(BIN)/nbdev_clean
+	@$(PY) tools/check_noop.py -- $(PY) tools/nb2md.py --no-quarto nbs/index.ipynb README.md
 
 nbtest: $(STAMP)
 	@$(RUN) time $(BIN)/nbdev_test --n_workers 2 --timing
 
 pytest: $(STAMP)
-	@$(RUN) $(BIN)/python -m pytest -q tests/
+	@$(RUN) $(PY) -m pytest -q tests/
 
 test: check-export nbtest pytest
 
 demo: $(STAMP)
-	@$(RUN) $(BIN)/python -m tokenspeed_lit.demo --ranks $(or $(RANKS),1) $(DEMO_ARGS)
+	@$(RUN) $(PY) -m tokenspeed_lit.demo --ranks $(or $(RANKS),1) $(DEMO_ARGS)
 
 # GPU: every benchmark side by side in one run (tables to bench/results/*.json), then the Performance page.
 bench: $(STAMP)
-	@$(RUN) $(BIN)/python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/91_performance.ipynb
+	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/91_performance.ipynb
 
 readme: $(STAMP)
-	@$(BIN)/python tools/nb2md.py nbs/index.ipynb README.md
+	@$(PY) tools/nb2md.py nbs/index.ipynb README.md
 
 # nbdev's processing + Sphinx/myst-nb (Quarto cannot be installed offline): see tools/build_docs.py.
 docs: $(STAMP)
-	@$(RUN) $(BIN)/python tools/build_docs.py $(DOCS_ARGS)
+	@$(RUN) $(PY) tools/build_docs.py $(DOCS_ARGS)
 
 # Execute notebooks and save their outputs in place (FLAGS=gpu also runs the GPU-only cells).
 outputs: $(STAMP)
-	@$(RUN) $(BIN)/python tools/run_nbs.py --flags "$(FLAGS)" $(NBS)
+	@$(RUN) $(PY) tools/run_nbs.py --flags "$(FLAGS)" $(NBS)
 
 clean:
 	rm -rf $(VENV) _proc docs/_site docs/_build test-artifacts

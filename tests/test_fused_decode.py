@@ -1,7 +1,7 @@
 """Property tests of `tokenspeed_lit.fused_decode`: `fused_decode_input_prep` equals its plain-torch reference and the
 unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of steps (verify widths 1-4, overrides with
 and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
-going up and down, Mamba indices), starting each step from poisoned buffers; captured replays equal eager steps;
+going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area; captured replays equal eager steps;
 every bad input raises `ValueError` before any buffer or runtime state is touched."""
 import pytest
 import torch
@@ -79,6 +79,7 @@ def poison(bufs):
     for t in bufs.buffers().values():
         t.fill_(POISON if t.dtype != torch.bool else True)
     bufs.input_lengths_buf[bufs.max_bs:] = 1        # sized like a token buffer; never written past max_bs
+    bufs.scratch.fill_(POISON)   # the device staging area too: a step must copy everything its kernel reads
 
 
 @st.composite

@@ -68,6 +68,7 @@ def poison(ib):
     for t in ib.buffers().values():
         t.fill_(POISON if t.dtype != torch.bool else True)
     ib.input_lengths_buf[ib.max_bs:] = 1
+    ib.scratch.fill_(POISON)     # the device staging area too: a step must copy everything its kernels read
 
 
 def state_of(rs):

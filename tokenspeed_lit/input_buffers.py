@@ -97,7 +97,7 @@ def _check_step(self: InputBuffers, fo, total_tokens, width):
                          f'got input_lengths[{ne}:]={lens[ne:]}')
     return batch, ne
 
-# %% ../nbs/04_input_buffers.ipynb #87eda3a9
+# %% ../nbs/04_input_buffers.ipynb #3676e9f2
 @patch
 def _fill_decode(self: InputBuffers, fo, batch, width):
     st = self.step
@@ -105,11 +105,11 @@ def _fill_decode(self: InputBuffers, fo, batch, width):
     st.check_decode(batch, width, ovr, mamba)
     s = st.acquire()
     ovr = st.pack_decode(s, fo.request_pool_indices, width, ovr, mamba, name='request_pool_indices')
-    st.launch_decode(s, mamba is not None)
+    st.launch(s)
     self.all_extends_mid_chunk = False
     return ovr
 
-# %% ../nbs/04_input_buffers.ipynb #b3895129
+# %% ../nbs/04_input_buffers.ipynb #10fa7048
 @patch
 def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page):
     st, lay = self.step, self.step.layout
@@ -135,7 +135,7 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
     if mamba is not None:
         for k in range(4): st.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
     st.header(s, batch, ne, prefill, width, total_tokens, ovr is not None, mamba is not None)
-    st.launch(s, lay['ids'] + 2 * prefill)
+    st.launch(s)
     if prefill:
         stage = self.scratch
         plens = stage[lay['lengths']:lay['lengths'] + ne]
