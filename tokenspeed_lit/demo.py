@@ -535,7 +535,7 @@ def report(stats: dict) -> str:
         f"prefill/mixed (host time of fill_input_buffers)",
         f"checks passed        {stats['checks']}"])
 
-# %% ../nbs/08_demo.ipynb #4ac10126
+# %% ../nbs/08_demo.ipynb #ef462716
 def _summary(stats: dict) -> dict:
     "Statistics with the per-step lists reduced to their medians (small enough to pass between processes)."
     return {**stats, 'prep_us': _median(stats['prep_us']), 'prep_decode_us': _median(stats['prep_decode_us'])}
@@ -544,14 +544,15 @@ _SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps'
            'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'host_bytes')
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))   # the ranks share the host's cores
     dist_init(rank, world, port)
-    try:
-        stats = _summary(serve(cfg, rank, world))
-        stats.update(zip(_SUMMED, dist_all_reduce([stats[k] for k in _SUMMED], 'sum')))
-        if rank == 0:
-            with open(out_path, 'w') as f: json.dump(stats, f)
-    finally:
-        dist_close()
+    # No teardown on a failure: a peer may be blocked in a collective, and leaving the group would wait for it.
+    # The failing rank exits, and the parent process terminates the others.
+    stats = _summary(serve(cfg, rank, world))
+    stats.update(zip(_SUMMED, dist_all_reduce([stats[k] for k in _SUMMED], 'sum')))
+    if rank == 0:
+        with open(out_path, 'w') as f: json.dump(stats, f)
+    dist_close()
 
 def main(argv=None) -> int:
     "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
