@@ -1,16 +1,18 @@
 """Property tests of `tokenspeed_lit.fused_decode`: `fused_decode_input_prep` equals its plain-torch reference and the
 unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of steps (verify widths 1-4, overrides with
 and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
-going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area; captured replays equal eager steps;
-every bad input raises `ValueError` before any buffer or runtime state is touched."""
+going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area;
+captured replays equal eager steps; the staging copy moves exactly the ints its header names; every bad input raises
+`ValueError` before any buffer or runtime state is touched."""
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from tokenspeed_lit.core import default_device, synchronize
+from tokenspeed_lit.core import default_device, synchronize, host_full
 from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
                                          FusedDecodeStep, decode_step_ref, staging_layout)
 from tokenspeed_lit.padding import PaddedBuffers
+from tokenspeed_lit import fused_decode as fd
 
 DEV = default_device()
 POISON = -77
@@ -184,6 +186,20 @@ def test_capture_replay_equals_eager(steps, seed):
             assert torch.equal(v, eag.buffers.buffers()[k]), k
         for a, b in zip(state[:3], eager_state[:3]):
             assert torch.equal(a, b)
+
+
+@given(n=st.integers(0, 9000) | st.sampled_from([fd._STAGED, fd._STAGED + 1, fd._STAGE_BLOCK,
+                                                    fd._STAGE_PROGRAMS * fd._STAGE_BLOCK + 1]),
+       seed=st.integers(0, 2**31 - 1))
+def test_stage_copy_moves_exactly_the_staged_ints(n, seed):
+    src = host_full((9100,), 0, torch.int32)
+    src.copy_(torch.randint(-2**31, 2**31 - 1, (9100,), generator=_gen(seed), dtype=torch.int32))
+    src[fd._STAGED] = n
+    dst = torch.full((9100,), POISON, dtype=torch.int32, device=DEV)
+    fd._stage_copy(dst, src)
+    synchronize(DEV)
+    assert torch.equal(dst[:n].cpu(), src[:n])
+    assert (dst[n:] == POISON).all(), 'copied past the staged count'
 
 
 def test_two_host_slots_alternate():
