@@ -77,13 +77,6 @@ def make_state(g, pool_rows, W, vocab, cols=4, page_size=4):
     return [t.to(DEV) for t in (vcl, fim, ready, table)]
 
 
-def poison(bufs):
-    for t in bufs.buffers().values():
-        t.fill_(POISON if t.dtype != torch.bool else True)
-    bufs.input_lengths_buf[bufs.max_bs:] = 1        # sized like a token buffer; never written past max_bs
-    bufs.scratch.fill_(POISON)   # the device staging area too: a step must copy everything its kernel reads
-
-
 @st.composite
 def decode_steps(draw, max_bs, max_tok, W, pool_rows, vocab, has_mamba):
     B = draw(st.integers(0, min(max_bs, pool_rows - 1)))
@@ -118,7 +111,7 @@ def test_step_matches_reference(case):
     vcl, fim, ready, table = make_state(_gen(seed), pool_rows, W, vocab)
     step.bind(vcl, fim, ready, vocab, table)
     for pools, L, ovr, mamba in steps:
-        poison(step.buffers)
+        step.buffers.poison_(POISON)   # the device staging area too: a step must copy all its kernel reads
         before = {k: v.cpu() for k, v in step.buffers.snapshot().items()}
         want, want_state = decode_step_ref(before, step.buffers.values, vcl.cpu(), fim.cpu(), ready.cpu(), vocab,
                                            table.cpu(), 4, pools, L, ovr, mamba)
@@ -153,7 +146,7 @@ def test_big_then_small_leaves_only_padding():
 @given(batch=st.integers(0, 6), tokens_per_req=st.integers(0, 4))
 def test_dummy_decode(batch, tokens_per_req):
     step = FusedDecodeStep.create(6, 24, 4, dummy_kv_slot=2, state_write_padding_pool_index=9, device=DEV)
-    poison(step.buffers)
+    step.buffers.poison_(POISON)
     step.dummy(batch, batch * tokens_per_req)
     synchronize(DEV)
     b, v = step.buffers, step.buffers.values

@@ -64,13 +64,6 @@ def fill_cases(draw):
     return max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, draw(st.integers(0, 2**31 - 1))
 
 
-def poison(ib):
-    for t in ib.buffers().values():
-        t.fill_(POISON if t.dtype != torch.bool else True)
-    ib.input_lengths_buf[ib.max_bs:] = 1
-    ib.scratch.fill_(POISON)     # the device staging area too: a step must copy everything its kernels read
-
-
 def state_of(rs):
     return rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready
 
@@ -82,7 +75,7 @@ def test_fill_matches_reference(case):
     ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV,
                       has_mamba=has_mamba)
     for op, total in ops:
-        poison(ib)
+        ib.poison_(POISON)   # the device staging area too: a step must copy everything its kernels read
         before = {k: v.cpu() for k, v in ib.snapshot().items()}
         want, want_state = fill_input_buffers_ref(before, ib.values, op, *[t.cpu() for t in state_of(rs)], vocab,
                                                   table.cpu(), total, 4)

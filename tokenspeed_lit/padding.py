@@ -63,7 +63,7 @@ def reset_tail(buffers: dict, values: dict, batch_size: int, total_tokens: int, 
         t[..., start[_TAIL[name]]:] = values[name]
     return buffers
 
-# %% ../nbs/03_padding.ipynb #bed82ea5
+# %% ../nbs/03_padding.ipynb #3b27d944
 _ALIGN = 256   # bytes: every view starts on this boundary
 
 class PaddedBuffers:
@@ -103,6 +103,13 @@ class PaddedBuffers:
     def fill_padding_(self):
         "Set every element of every buffer to its padding value."
         for name, t in self.buffers().items(): t.fill_(self.values[name])
+        return self
+
+    def poison_(self, value: int = -77):
+        "For tests: every buffer (bools: True) and the scratch area to `value`, so an element a step forgets shows."
+        for t in self.buffers().values(): t.fill_(value if t.dtype != torch.bool else True)
+        self.input_lengths_buf[self.max_bs:] = 1   # one length per row in a token-sized buffer: past max_bs, unwritten
+        self.scratch.fill_(value)
         return self
 
     def reset_tail_(self, batch_size: int, total_tokens: int, num_extends: int = 0):
