@@ -11,7 +11,9 @@ from hypothesis import given, strategies as st
 from tokenspeed_lit.core import HAS_ACCEL, default_device, synchronize, new_stream, wait_event, use_stream
 from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.host_transport import _PageCopier
+from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks
+from tokenspeed_lit.core import capture, to_device_async
+import numpy as np
 
 DEV = default_device()
 KERNEL_TRANSPORTS = ['zero_copy', 'staged']
@@ -74,7 +76,8 @@ def test_kernel_transports_equal_the_slice_reference(pool, transport, host_pages
     want_dev = [t.clone() for t, _ in m.tensor_pairs]
     # the candidate, from the same starting points
     m.transport = transport
-    if transport == 'staged': m._transport.set_capacity(data.draw(st.integers(1, host_pages)))
+    if transport == 'staged':
+        m._transport.set_chunk_pages(data.draw(st.integers(1, host_pages)), data.draw(st.integers(1, 3)))
     else: m._transport.set_pairs_per_call(data.draw(st.integers(1, host_pages)))    # chunks: one slot each
     for (t, _), b in zip(m.tensor_pairs, dev_before): t.copy_(b)
     m.host_pages.fill_(0x3C)
@@ -103,15 +106,58 @@ def test_unit_divides_every_offset(pool):
 def test_staged_copies_one_run_per_chunk_run(hosts, cap):
     pool = PagedKVPool(13, 2, 1, 1, 4, device=DEV)
     m = FlatHostMirror(pool, 12, transport='staged')
-    m._transport.set_capacity(cap)
+    m._transport.set_chunk_pages(cap)
     pairs = torch.tensor([(i + 1, h) for i, h in enumerate(hosts)])
     m.store_pages(pairs); synchronize()
     s = sorted(hosts)
     runs = 0
-    for c0 in range(0, len(s), cap):
-        chunk = s[c0:c0 + cap]
+    for c0, c1 in _chunks(len(s), cap, small_first=True):       # a store's first chunk is small
+        chunk = s[c0:c1]
         runs += 1 + sum(b != a + 1 for a, b in zip(chunk, chunk[1:]))
     assert m._transport.last_copies == runs
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(-3, 40),
+       st.lists(st.tuples(st.integers(-3, 8), st.integers(-3, 8)), max_size=6, unique_by=lambda p: p[1]))
+def test_page_copy_kernel_moves_only_valid_pairs(seed, claimed, pairs):
+    "Whatever the ids say (a count past the buffer, pages outside the pool or the block), only valid pairs move."
+    pool = PagedKVPool(5, 2, 2, 1, 4, device=DEV)
+    m = FlatHostMirror(pool, 4, transport='slices')
+    randomise(m, torch.Generator().manual_seed(seed))
+    block = torch.full((m.num_host_pages + 2, m.bytes_per_host_page()), 0xEE, dtype=torch.uint8, device=DEV)
+    view = block[1:-1]                                  # guard pages on both sides of the block the kernel sees
+    c = _PageCopier(m, view)
+    ids = page_ids(np.array(pairs, dtype=np.int64).reshape(-1, 2))
+    ids[0] = claimed
+    c.launch(to_device_async(ids, DEV), m.issue_order, to_block=True); synchronize()
+    want = torch.full_like(block, 0xEE)
+    for d, h in pairs[:max(0, min(claimed, len(pairs)))]:
+        if 0 <= d < m.num_device_pages and 0 <= h < m.num_host_pages:
+            for t, (o, n) in enumerate(zip(m._plan.offsets, m._plan.slice_bytes)):
+                want[1 + h, o:o + n] = m._dev_bytes[t][d].to(want.device)
+    assert torch.equal(block, want)
+
+
+@given(st.integers(0, 300), st.integers(1, 40), st.booleans())
+def test_chunks_cover_every_item_once(n, cap, small_first):
+    cs = _chunks(n, cap, small_first)
+    assert [i for a, b in cs for i in range(a, b)] == list(range(n))
+    assert all(0 < b - a <= cap for a, b in cs)
+
+
+def test_warmup_captures_and_compiles_everything_up_front():
+    pool = PagedKVPool(6, 2, 2, 1, 4, device=DEV)
+    for transport in ('zero_copy', 'staged'):
+        m = FlatHostMirror(pool, 5, transport=transport).warmup()
+        before = capture.calls
+        from tokenspeed_lit.host_transport import _page_copy, _ids_stage
+        compiled = (len(_page_copy.cache), len(_ids_stage.cache))
+        for n in (1, 3, 5):
+            pairs = [(d + 1, h) for d, h in zip(range(n), range(n))]
+            m.store_pages(pairs); m.load_pages(pairs); m.load_pages_with_events(pairs)
+        synchronize()
+        assert capture.calls == before, f'{transport}: a call captured a graph after warmup()'
+        assert (len(_page_copy.cache), len(_ids_stage.cache)) == compiled, f'{transport}: a call compiled after warmup()'
 
 
 def test_fence_groups_never_split_a_layer():

@@ -4,14 +4,18 @@
 
 # %% ../nbs/90_benchmarking.ipynb #a942890f
 from __future__ import annotations
-import json, platform, statistics, time
+import json, math, platform, statistics, time
 from pathlib import Path
+import numpy as np
 import torch
 import warnings
-from .core import HAS_ACCEL, as_device, is_accel, synchronize, capture, new_event
+from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_event, new_stream,
+                                 record_event, wait_event, use_stream, copy_to)
 
 # %% auto #0
-__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table']
+__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'Stamp', 'forward_unit',
+           'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'bench_host_interference',
+           'bench_layerwise', 'host_tier_goals']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -133,3 +137,282 @@ class Table:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(dict(title=self.title, env=self.env, rows=self.rows), indent=1))
         return path
+
+# %% ../nbs/90_benchmarking.ipynb #17b9607e
+class Stamp:
+    "A point on a stream's timeline: a timing event on a GPU, the host clock on a CPU (where work is synchronous)."
+    def __init__(self, stream=None, device=None):
+        self.event, self.t = None, time.perf_counter()
+        if is_accel(as_device(device)):
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record(stream) if stream is not None else self.event.record()
+
+    def ms_to(self, later: Stamp) -> float:
+        "Milliseconds from this stamp to `later` (both complete)."
+        return self.event.elapsed_time(later.event) if self.event is not None else 1e3 * (later.t - self.t)
+
+    def done(self) -> bool: return self.event is None or self.event.query()
+
+# %% ../nbs/90_benchmarking.ipynb #01b48d67
+def forward_unit(kind: str, device=None, size: int | None = None):
+    "A unit of a forward stand-in: 'gemm' (4 products of `size`^3, 8192 on a GPU) or 'membound' (4 copies of `size` MiB)."
+    device = as_device(device)
+    gpu = is_accel(device)
+    if kind == 'gemm':
+        n = size or (8192 if gpu else 32)
+        a = torch.randn(n, n, dtype=torch.bfloat16 if gpu else torch.float32, device=device)
+        b, c = torch.randn_like(a), torch.empty_like(a)
+        def unit():
+            for _ in range(4): torch.mm(a, b, out=c)
+    elif kind == 'membound':
+        src = torch.zeros((size or (2048 if gpu else 1)) << 20, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        def unit():
+            for _ in range(4): dst.copy_(src)
+    else: raise ValueError(f"kind must be 'gemm' or 'membound', got {kind!r}")
+    unit.kind = kind
+    return unit
+
+# %% ../nbs/90_benchmarking.ipynb #1c4e73b1
+def _unit_ms(unit, n: int, device) -> float:
+    "Median time of one `unit()` alone, over `n` units."
+    st = [Stamp(None, device)]
+    for _ in range(n): unit(); st.append(Stamp(None, device))
+    synchronize(device)
+    return statistics.median(a.ms_to(b) for a, b in zip(st, st[1:]))
+
+def _transfer_ms(transfer, stream, n: int, device) -> float:
+    "Time of one `transfer(stream)` alone, the mean of `n` back to back."
+    a = Stamp(stream, device)
+    for _ in range(n): transfer(stream)
+    b = Stamp(stream, device)
+    synchronize(device)
+    return a.ms_to(b) / n
+
+# %% ../nbs/90_benchmarking.ipynb #eb32be9b
+def _overlapped(transfer, unit, n_calls: int, side, device, gate_ms: float, ahead: int) -> dict:
+    "One overlapped trial: `n_calls` transfers on `side` and units on the current stream, released together."
+    synchronize(device)
+    _keep_busy(device, 1000 * gate_ms)
+    wait_event(record_event(None, device), side)
+    h0 = time.perf_counter()
+    xs = [Stamp(side, device)]
+    for _ in range(n_calls): transfer(side)
+    xs.append(Stamp(side, device))
+    us = [Stamp(None, device)]
+    unit(); us.append(Stamp(None, device))
+    issue_ms = 1e3 * (time.perf_counter() - h0)                  # the transfers and a first unit, behind the gate
+    while True:
+        while len(us) > ahead and not us[-ahead].done(): pass     # keep `ahead` units queued, no more
+        unit(); us.append(Stamp(None, device))
+        if xs[-1].done(): break
+    synchronize(device)
+    x_ms = xs[0].ms_to(xs[-1])
+    rel = [xs[0].ms_to(s) for s in us]
+    inside = [k for k in range(len(us) - 1) if rel[k] >= -0.05 and rel[k + 1] <= x_ms]
+    unit_ms = (rel[inside[-1] + 1] - rel[inside[0]]) / len(inside) if inside else float('nan')
+    return dict(x_ms=x_ms / n_calls, unit_ms=unit_ms, units=len(inside), covered=rel[-1] >= x_ms,
+                gated=issue_ms < gate_ms)
+
+# %% ../nbs/90_benchmarking.ipynb #0661fee5
+def interference(transfer, nbytes: int, unit, device=None, trials: int = 5, window_ms: float = 150.0,
+                 gate_ms: float = 40.0, ahead: int = 3) -> dict:
+    "`transfer(stream)` (moving `nbytes`) beside a forward of `unit()`s: medians of alternating alone/overlapped trials."
+    device = as_device(device)
+    side = new_stream(device)
+    transfer(side); unit(); synchronize(device)                     # warm: nothing compiles inside a trial
+    n_calls = max(1, math.ceil(window_ms / max(_transfer_ms(transfer, side, 1, device), 1e-3)))
+    alone, over = [], []
+    for _ in range(trials):
+        alone.append(dict(x_ms=_transfer_ms(transfer, side, 1, device), unit_ms=_unit_ms(unit, 5, device)))
+        over.append(_overlapped(transfer, unit, n_calls, side, device, gate_ms, ahead))
+    med = statistics.median
+    slow = [100 * (o['unit_ms'] / a['unit_ms'] - 1) for a, o in zip(alone, over) if o['units']]
+    return dict(alone_GBps=nbytes / med(a['x_ms'] for a in alone) / 1e6,
+                overlapped_GBps=nbytes / med(o['x_ms'] for o in over) / 1e6,
+                forward_slowdown_pct=med(slow) if slow else float('nan'),
+                units_inside=min(o['units'] for o in over), covered=all(o['covered'] for o in over),
+                gated=all(o['gated'] for o in over), calls=n_calls, trials=trials)
+
+# %% ../nbs/90_benchmarking.ipynb #aba9aa6c
+def check_round_trip(m, pairs, sample: int = 8):
+    "Store then load `pairs` ([n, 2]), byte-comparing a sample of slices with the device each way; AssertionError on a miss."
+    pairs = np.asarray(pairs)
+    pick = pairs[np.random.default_rng(0).permutation(len(pairs))[:sample]].tolist()
+    spans = m.row_spans
+    slices = lambda d: [t[d * s:(d + 1) * s].reshape(-1).view(torch.uint8) for (t, _), s in zip(m.tensor_pairs, spans)]
+    host = lambda h: [hv[h].reshape(-1).view(torch.uint8) for _, hv in m.tensor_pairs]
+    def check(what):
+        synchronize(m.device)
+        for d, h in pick:
+            if not all(torch.equal(a.cpu(), b) for a, b in zip(slices(d), host(h))):
+                raise AssertionError(f'{m.transport}: {what} of pair ({d}, {h}) differs')
+    for _, h in pick:
+        for x in host(h): x.fill_(0)                 # so a store that moves nothing cannot pass
+    m.store_pages(pairs); check('store')
+    for d, _ in pick:
+        for x in slices(d): x.fill_(0xA5)            # so a load that moves nothing cannot pass
+    m.load_pages(pairs); check('load')
+
+# %% ../nbs/90_benchmarking.ipynb #b0bf6d60
+def first_call_ratios(m, pairs, reps: int = 3) -> dict:
+    "Time (issue to completion) of the first store, load and fenced load of `pairs`, over the median of the next `reps`."
+    calls = {'store': lambda: m.store_pages(pairs), 'load': lambda: m.load_pages(pairs),
+             'load+events': lambda: m.load_pages_with_events(pairs)}
+    out = {}
+    for op, fn in calls.items():
+        ts = []
+        for _ in range(1 + reps):
+            synchronize(m.device); t0 = time.perf_counter(); fn(); synchronize(m.device)
+            ts.append(time.perf_counter() - t0)
+        out[op] = ts[0] / statistics.median(ts[1:])
+    return out
+
+def dma_transfer(host: torch.Tensor, dev_buf: torch.Tensor, nbytes: int, to_host: bool):
+    "`transfer(stream)`: `nbytes` between pinned `host` and `dev_buf` (reused in pieces of its size), one copy per piece."
+    def transfer(stream):
+        with use_stream(stream):
+            for o in range(0, nbytes, dev_buf.numel()):
+                k = min(dev_buf.numel(), nbytes - o)
+                if to_host: copy_to(host[o:o + k], dev_buf[:k])
+                else: copy_to(dev_buf[:k], host[o:o + k])
+    return transfer
+
+# %% ../nbs/90_benchmarking.ipynb #1403dbf6
+def _release_host_cache():
+    "Give cached pinned host blocks back to the system (between page sizes of a large benchmark)."
+    import gc; gc.collect()
+    if hasattr(torch._C, '_host_emptyCache'): torch._C._host_emptyCache()
+
+def bench_host_interference(page_sizes=(4, 16, 64, 256), pages: int = 1024, num_layers: int = 32,
+                            num_kv_heads: int = 8, head_dim: int = 128, transports=('staged', 'zero_copy'),
+                            forwards=('gemm', 'membound'), trials: int = 5, issue_pages: int = 256,
+                            skip=(), device=None, seed: int = 0, progress=print, **kw) -> dict:
+    "Rows per (transport, op, page size, forward) beside the DMA bound, and per-transport host time; see above."
+    from tokenspeed_lit.kv_pool import PagedKVPool
+    from tokenspeed_lit.host_mirror import FlatHostMirror, ACCEL_TRANSPORT
+    device, rng = as_device(device), np.random.default_rng(seed)
+    units = {f: forward_unit(f, device) for f in forwards}
+    rows, hosts = [], []
+    for ps in page_sizes:
+        pool = PagedKVPool(pages + 1, ps, num_layers, num_kv_heads, head_dim, torch.bfloat16, device)
+        for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).random_(0, 256)
+        m = FlatHostMirror(pool, pages, transport=transports[0])
+        pairs = np.stack([rng.permutation(pages) + 1, rng.permutation(pages)], 1)
+        nbytes = pages * m.bytes_per_host_page()
+        dev_buf = torch.empty(min(nbytes, 2 << 30), dtype=torch.uint8, device=device)
+        dma = {op: dma_transfer(m.host_pages.view(-1), dev_buf, nbytes, op == 'store') for op in ('store', 'load')}
+        bound = {(op, f): interference(dma[op], nbytes, units[f], device, trials, **kw) for op in dma for f in forwards}
+        progress(f'page size {ps}: {nbytes / 2**30:.2f} GiB per call; DMA bound {bound}')
+        for name in transports:
+            if (name, ps) in skip: continue
+            m.transport, m.fence_groups = name, None
+            if name == 'zero_copy':               # a ring deep enough for the calls a trial queues
+                m._transport.max_slots = 16; m._transport.set_pairs_per_call(pages)
+            t0 = time.perf_counter(); m.warmup(); warm_ms = 1e3 * (time.perf_counter() - t0)
+            first = first_call_ratios(m, pairs)
+            check_round_trip(m, pairs)
+            calls = {'store': lambda s: m.store_pages(pairs, s), 'load': lambda s: m.load_pages(pairs, s)}
+            for op, fn in calls.items():
+                for f in forwards:
+                    r, d = interference(fn, nbytes, units[f], device, trials, **kw), bound[op, f]
+                    rows.append(dict(transport=name, op=op, page_size=ps, pages=pages, forward=f,
+                                     default=name == ACCEL_TRANSPORT, alone_GBps=r['alone_GBps'],
+                                     overlapped_GBps=r['overlapped_GBps'], dma_overlapped_GBps=d['overlapped_GBps'],
+                                     forward_slowdown_pct=r['forward_slowdown_pct'],
+                                     dma_forward_slowdown_pct=d['forward_slowdown_pct'],
+                                     first_call_over_steady=first[op], dma_alone_GBps=d['alone_GBps'],
+                                     covered=r['covered'] and d['covered'], gated=r['gated'] and d['gated']))
+                    progress(rows[-1])
+            sub = pairs[:issue_pages]
+            for op, fn in (('store', lambda: m.store_pages(sub)), ('load', lambda: m.load_pages(sub)),
+                           ('load+events', lambda: m.load_pages_with_events(sub))):
+                hosts.append(dict(transport=name, op=op, page_size=ps, pages=len(sub), warmup_ms=warm_ms,
+                                  first_call_over_steady=first[op], fence_groups=m.fence_groups,
+                                  issue_busy_us=host_issue_us(fn, device, iters=5, warmup=2, busy_us=20000, burst=2,
+                                                              rounds=2)))
+                progress(hosts[-1])
+        del m, pool, dev_buf, dma
+        _release_host_cache()
+    return dict(rows=rows, host=hosts, env=env_info(device))
+
+# %% ../nbs/90_benchmarking.ipynb #5a8cb212
+def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int = 1024, num_layers: int = 32,
+                    num_kv_heads: int = 8, head_dim: int = 128, trials: int = 5, device=None, seed: int = 0,
+                    layer_size: int | None = None) -> dict:
+    "A fenced load (one event per layer) beside a `num_layers`-layer forward that waits on each layer's events."
+    from tokenspeed_lit.kv_pool import PagedKVPool
+    from tokenspeed_lit.host_mirror import FlatHostMirror
+    device, rng = as_device(device), np.random.default_rng(seed)
+    gpu = is_accel(device)
+    pool = PagedKVPool(pages + 1, page_size, num_layers, num_kv_heads, head_dim,
+                       torch.bfloat16 if gpu else torch.float32, device)
+    m = FlatHostMirror(pool, pages, transport=transport, fence_groups=num_layers).warmup()
+    pairs = np.stack([rng.permutation(pages) + 1, rng.permutation(pages)], 1)
+    m.store_pages(pairs)
+    side = new_stream(device)
+    def load_ms():
+        a = Stamp(side, device); m.load_pages_with_events(pairs, side); b = Stamp(side, device)
+        synchronize(device); return a.ms_to(b)
+    load = statistics.median(load_ms() for _ in range(3))
+    n = layer_size or (4096 if gpu else 16)
+    x = torch.randn(n, n, dtype=pool.k_buffer[0].dtype, device=device); y = torch.empty_like(x)
+    torch.mm(x, x, out=y)
+    t0 = Stamp(None, device)
+    for _ in range(10): torch.mm(x, x, out=y)
+    t1 = Stamp(None, device); synchronize(device)
+    reps = max(1, round(load / num_layers / max(t0.ms_to(t1) / 10, 1e-3)))   # products per layer: forward ~ load
+    def layer():
+        for _ in range(reps): torch.mm(x, x, out=y)
+    ks = [m.tensor_index_of_layer(l) for l in range(num_layers)]
+    def run(events):
+        start, ends = [], []
+        for l in range(num_layers):
+            if events is not None:
+                wait_event(events[ks[l]]); wait_event(events[ks[l] + m.num_k_tensors])
+            start.append(Stamp(None, device)); layer(); ends.append(Stamp(None, device))
+        return start, ends
+    trials_out = []
+    for _ in range(trials):
+        synchronize(device)
+        s0, (st, en) = Stamp(None, device), run(None)
+        synchronize(device)
+        forward = s0.ms_to(en[-1])
+        synchronize(device)
+        h0 = time.perf_counter(); t_load = Stamp(side, device)
+        evs = m.load_pages_with_events(pairs, side)
+        issue_ms = 1e3 * (time.perf_counter() - h0)
+        st, en = run(evs)
+        synchronize(device)
+        trials_out.append(dict(forward=forward, overlapped=t_load.ms_to(en[-1]), issue_ms=issue_ms,
+                               layers=[(t_load.ms_to(a), t_load.ms_to(b)) for a, b in zip(st, en)]))
+    mid = sorted(trials_out, key=lambda t: t['overlapped'])[len(trials_out) // 2]
+    forward = statistics.median(t['forward'] for t in trials_out)
+    return dict(transport=transport, page_size=page_size, pages=pages, fence_groups=m.fence_groups,
+                load_ms=load, forward_ms=forward, overlapped_ms=mid['overlapped'], layer_load_ms=load / num_layers,
+                issue_ms=statistics.median(t['issue_ms'] for t in trials_out), products_per_layer=reps,
+                layers=mid['layers'])
+
+# %% ../nbs/90_benchmarking.ipynb #47aab222
+def host_tier_goals(d: dict) -> list[dict]:
+    "Goal rows (goal, measured, met) of a `host_interference` result: `rows`, `host` and `layerwise`."
+    rows = [r for r in d['rows'] if r['default']]
+    name = rows[0]['transport']
+    bw = min(r['overlapped_GBps'] / r['dma_overlapped_GBps'] for r in rows)
+    slow = max(r['forward_slowdown_pct'] - r['dma_forward_slowdown_pct'] for r in rows)
+    alone = min(r['alone_GBps'] / r['dma_alone_GBps'] for r in rows)
+    first = max(h['first_call_over_steady'] for h in d['host'] if h['transport'] == name)
+    issue = max(h['issue_busy_us'] for h in d['host'] if h['transport'] == name)
+    lw = d['layerwise']
+    bound = max(lw['load_ms'], lw['forward_ms']) + lw['layer_load_ms']
+    return [dict(goal='overlapped GB/s >= 90% of the DMA bound beside the same forward', measured=f'worst {bw:.0%}',
+                 met=bw >= .9),
+            dict(goal='forward slowdown <= the DMA bound\'s + 2 points', measured=f'worst +{slow:.1f} points',
+                 met=slow <= 2),
+            dict(goal='alone >= 90% of the link', measured=f'worst {alone:.0%}', met=alone >= .9),
+            dict(goal='first call of each kind after warmup() <= 1.5x steady', measured=f'worst {first:.2f}x',
+                 met=first <= 1.5),
+            dict(goal='<= 200 us host time per 256-page call, GPU busy', measured=f'worst {issue:.0f} us',
+                 met=issue <= 200),
+            dict(goal='layer-wise load within max(load, forward) + one layer of load',
+                 measured=f"{lw['overlapped_ms']:.1f} ms vs {bound:.1f} ms", met=lw['overlapped_ms'] <= bound)]

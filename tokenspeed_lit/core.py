@@ -6,14 +6,17 @@
 from __future__ import annotations
 import os, contextlib, gc
 from collections.abc import Callable, Sequence
+import numpy as np
 import torch
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['HAS_ACCEL', 'triton_interpreted', 'default_device', 'as_device', 'is_accel', 'num_sms', 'host_empty', 'host_full',
            'CompletedEvent', 'new_stream', 'current_stream', 'use_stream', 'new_event', 'record_event', 'wait_event',
-           'synchronize', 'copy_to', 'copy_many', 'to_device_async', 'Captured', 'capture', 'dist_backend', 'dist_init',
-           'dist_all_reduce', 'dist_close', 'check_int_tensor', 'check_same_len', 'check_capacity', 'check_positive',
-           'check_same_device', 'check_kernel_device']
+           'synchronize', 'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch',
+           'FastLaunch', 'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close',
+           'check_int_tensor', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
+           'check_kernel_device']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -67,10 +70,10 @@ class CompletedEvent:
     def __repr__(self): return 'CompletedEvent()'
 
 # %% ../nbs/00_core.ipynb #91b4141a
-def new_stream(device=None):
-    "A new side stream on `device` (a `torch.cuda.Stream`), or `None` on the CPU."
+def new_stream(device=None, priority: int = 0):
+    "A new side stream on `device` (a `torch.cuda.Stream`; `priority` < 0 runs ahead of others), or `None` on the CPU."
     device = as_device(device)
-    return torch.cuda.Stream(device) if is_accel(device) else None
+    return torch.cuda.Stream(device, priority=priority) if is_accel(device) else None
 
 def current_stream(device=None):
     "The current stream on `device`, or `None` on the CPU."
@@ -128,6 +131,156 @@ def to_device_async(t: torch.Tensor, device=None) -> torch.Tensor:
     if not is_accel(device): return t
     return t.pin_memory().to(device, non_blocking=True)
 
+# %% ../nbs/00_core.ipynb #103d3620
+def raw_stream(stream=None, device=None) -> int:
+    "The CUDA handle of `stream` (None: the current stream of `device`); 0 on the CPU."
+    if stream is not None: return stream.cuda_stream
+    device = as_device(device)
+    if not is_accel(device): return 0
+    return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else torch.cuda.current_device())
+
+# %% ../nbs/00_core.ipynb #1cf7192e
+class _DriverBatchCopy:
+    "`cuMemcpyBatchAsync` of the CUDA driver through ctypes, with CUDA 12.8's signature; `fn` is None where unavailable."
+    def __init__(self):
+        self.fn = None
+        if not HAS_ACCEL or os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') == '0': return
+        import ctypes
+        try:
+            lib = ctypes.CDLL('libcuda.so.1')
+            pfn, status = ctypes.c_void_p(), ctypes.c_int()
+            get = lib.cuGetProcAddress_v2
+            get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
+                            ctypes.POINTER(ctypes.c_int)]
+            if get(b'cuMemcpyBatchAsync', ctypes.byref(pfn), 12080, 0, ctypes.byref(status)) or not pfn.value: return
+        except (OSError, AttributeError): return
+        class Loc(ctypes.Structure): _fields_ = [('type', ctypes.c_int), ('id', ctypes.c_int)]
+        class Attrs(ctypes.Structure):
+            _fields_ = [('srcAccessOrder', ctypes.c_int), ('srcLocHint', Loc), ('dstLocHint', Loc), ('flags', ctypes.c_uint)]
+        P = ctypes.c_void_p
+        self.fn = ctypes.CFUNCTYPE(ctypes.c_int, P, P, P, ctypes.c_size_t, P, P, ctypes.c_size_t, P, P)(pfn.value)
+        self.attrs = Attrs(1, Loc(0, 0), Loc(0, 0), 0)     # 1: sources read in stream order
+        self.first, self.failed = (ctypes.c_size_t * 1)(0), ctypes.c_size_t(0)
+        self.byref, self.ptr = ctypes.byref, ctypes.c_void_p
+
+    def __call__(self, dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, stream: int):
+        "Enqueue `len(dsts)` copies (uint64 addresses and byte counts) on the CUDA stream handle `stream`."
+        rc = self.fn(dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(dsts), self.byref(self.attrs),
+                     self.first, 1, self.byref(self.failed), self.ptr(stream))
+        if rc: raise RuntimeError(f'cuMemcpyBatchAsync failed with CUresult {rc} at copy {self.failed.value}')
+
+_batch_copy = None
+
+def batch_dma_available() -> bool:
+    "True when the driver can enqueue many copies in one call (`cuMemcpyBatchAsync`, CUDA 12.8+)."
+    global _batch_copy
+    if _batch_copy is None: _batch_copy = _DriverBatchCopy()
+    return _batch_copy.fn is not None
+
+# %% ../nbs/00_core.ipynb #504b4c31
+def _byte_view(t: torch.Tensor, name: str) -> torch.Tensor:
+    if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
+    return t.view(-1).view(torch.uint8)
+
+def copy_batch(dst: torch.Tensor, dst_offsets, src: torch.Tensor, src_offsets, sizes, stream=None) -> str:
+    "Copy `sizes[i]` bytes from byte `src_offsets[i]` of `src` to byte `dst_offsets[i]` of `dst` on `stream`; returns how."
+    d, s = _byte_view(dst, 'dst'), _byte_view(src, 'src')
+    do, so, n = (np.asarray(a, dtype=np.uint64) for a in (dst_offsets, src_offsets, sizes))
+    if not do.ndim == so.ndim == n.ndim == 1 or not len(do) == len(so) == len(n):
+        raise ValueError(f'dst_offsets, src_offsets and sizes must be 1-D of one length, got shapes '
+                         f'{do.shape}, {so.shape}, {n.shape}')
+    if not len(n): return 'none'
+    for name, o, t in (('dst', do, d), ('src', so, s)):
+        if int((o + n).max()) > t.numel(): raise ValueError(f'a piece ends past the {t.numel()} bytes of {name}')
+    handle = raw_stream(stream, dst.device if is_accel(dst) else src.device)
+    if handle and batch_dma_available() and (is_accel(dst) or is_accel(src)):
+        _batch_copy(d.data_ptr() + do, s.data_ptr() + so, n, handle)
+        return 'batch'
+    with use_stream(stream):
+        copy_many([d[a:a + k] for a, k in zip(do.tolist(), n.tolist())],
+                  [s[a:a + k] for a, k in zip(so.tolist(), n.tolist())])
+    return 'pieces'
+
+# %% ../nbs/00_core.ipynb #b39c9b23
+_LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas', 'maxnreg')
+_FAST = os.environ.get('TOKENSPEED_LIT_FAST_LAUNCH', '1') != '0'
+
+class FastLaunch:
+    "A Triton kernel whose launches skip Triton's Python binder once a specialisation has been compiled."
+    def __init__(self, kernel, **options):
+        bad = set(options) - set(_LAUNCH_OPTIONS)
+        if bad: raise ValueError(f'unknown launch options {sorted(bad)}; constexprs are passed at each call')
+        self.kernel, self.options, self.cache = kernel, options, {}
+        params = getattr(kernel, 'params', None)
+        if params is None:       # an interpreted kernel: every launch goes through kernel[grid]
+            self.nargs, self.constexprs, self.fixed, self._runtime = None, (), (), None
+            return
+        self.nargs = sum(not p.is_constexpr for p in params)
+        if any(p.is_constexpr for p in params[:self.nargs]):
+            raise ValueError(f'{kernel.__name__}: constexpr parameters must come after all the others')
+        self.constexprs = tuple(p.name for p in params[self.nargs:])
+        self.fixed = tuple(p.do_not_specialize for p in params[:self.nargs])
+        import triton
+        self._runtime = getattr(getattr(triton, 'knobs', None), 'runtime', None)   # launch hooks live here
+
+    def __repr__(self): return f'FastLaunch({self.kernel.__name__}, {len(self.cache)} specialisations)'
+
+# %% ../nbs/00_core.ipynb #558febb9
+def _spec_key(args, fixed) -> list | None:
+    "Specialisation bits of `args` (at least as fine as Triton's); None for a type it does not know."
+    key = []
+    for a, dont in zip(args, fixed):
+        if isinstance(a, torch.Tensor): key += (a.dtype, a.data_ptr() & 15 == 0)
+        elif a is True or a is False or a is None: key.append(a)
+        elif type(a) is int:
+            key.append(0 if -2**31 <= a < 2**31 else 1 if a < 2**63 else 2)
+            if not dont: key += (a == 1, a & 15 == 0)
+        else: return None
+    return key
+
+# %% ../nbs/00_core.ipynb #b4378e19
+@patch
+def _launcher(self: FastLaunch, compiled, constexprs):
+    "`(run, function, metadata, constexpr values)` of a compiled kernel, or None when this Triton lays it out otherwise."
+    if hasattr(compiled, 'result'): compiled = compiled.result()
+    try: return compiled.run, compiled.function, compiled.packed_metadata, tuple(constexprs[n] for n in self.constexprs)
+    except (AttributeError, KeyError): return None
+
+def _hooked(hook) -> bool:
+    "True when a launch hook would run: a callable, or a (Triton 3.5+) hook chain with something in it."
+    return hook is not None and bool(getattr(hook, 'calls', True))
+
+@patch
+def _key(self: FastLaunch, args, constexprs):
+    if not _FAST or triton_interpreted() or len(args) != self.nargs: return None
+    if self._runtime is None or _hooked(self._runtime.launch_enter_hook) or _hooked(self._runtime.launch_exit_hook):
+        return None
+    bits = _spec_key(args, self.fixed)
+    return None if bits is None else (torch.cuda.current_device(), tuple(constexprs.items()), *bits)
+
+@patch
+def __call__(self: FastLaunch, grid, *args, stream=None, **constexprs):
+    "Launch with `grid` (a tuple of up to 3 ints) on `stream` (None: the current stream); `constexprs` by name."
+    key = self._key(args, constexprs)
+    hit = self.cache.get(key) if key is not None else None
+    if hit is None:
+        with use_stream(stream): compiled = self.kernel[grid](*args, **constexprs, **self.options)
+        if key is not None and compiled is not None: self.cache[key] = self._launcher(compiled, constexprs)
+        return
+    run, fn, meta, tail = hit
+    run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+        stream.cuda_stream if stream is not None else torch._C._cuda_getCurrentRawStream(key[0]),
+        fn, meta, None, None, None, *args, *tail)
+
+@patch
+def warmup(self: FastLaunch, grid, *args, **constexprs):
+    "Compile (and load) the specialisation of `args` without launching it; nothing under the interpreter."
+    key = self._key(args, constexprs)
+    if key is None or key in self.cache: return self
+    compiled = self.kernel.warmup(*args, grid=grid, **constexprs, **self.options)
+    self.cache[key] = self._launcher(compiled, constexprs)
+    return self
+
 # %% ../nbs/00_core.ipynb #47c39a0d
 class Captured:
     "A step captured once and replayed over the same buffers (`torch.cuda.CUDAGraph`, or eager on the CPU)."
@@ -142,6 +295,7 @@ class Captured:
 
 def capture(fn: Callable[[], object], device=None, warmup: int = 2) -> Captured:
     "Capture `fn` (no arguments; reads and writes persistent buffers) for replay on `device`."
+    capture.calls += 1          # tests count captures: after a `warmup()` nothing may capture mid-serving
     device = as_device(device)
     if not is_accel(device): return Captured(fn)
     side = torch.cuda.Stream(device)
@@ -158,6 +312,8 @@ def capture(fn: Callable[[], object], device=None, warmup: int = 2) -> Captured:
     finally:
         if was_enabled: gc.enable()
     return Captured(fn, g)
+
+capture.calls = 0
 
 # %% ../nbs/00_core.ipynb #6423e5c9
 def dist_backend(world: int) -> str:

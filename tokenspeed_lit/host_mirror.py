@@ -102,6 +102,9 @@ class Transport:
     "Issues a mirror's copies. Subclasses implement `run`; `default_fence_groups` None means one group per tensor."
     name, default_fence_groups = '', None
     def __init__(self, mirror: FlatHostMirror): self.mirror = mirror
+    def warmup(self):
+        "Do now whatever a first call would otherwise do mid-serving (compile kernels, capture graphs); returns self."
+        return self
     def run(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
         "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
         raise NotImplementedError
@@ -151,7 +154,7 @@ class IndexTransport(Transport):
             done(gi)
 
 TRANSPORTS: dict[str, type[Transport]] = {'slices': SliceTransport, 'index': IndexTransport}
-ACCEL_TRANSPORT = 'zero_copy'
+ACCEL_TRANSPORT = 'staged'
 "The transport a mirror of a GPU pool uses unless told otherwise: chosen by the benchmark of `07_host_transport`."
 
 def default_transport(device) -> str:
@@ -242,6 +245,12 @@ def state_tensor_indices_of_layer(self: FlatHostMirror, layer_id: int) -> tuple[
 def bytes_per_host_page(self: FlatHostMirror) -> int:
     "Bytes of one host page: the sum over mirrored tensors of one page's slice (plus alignment padding, see `_plan`)."
     return self._plan.page_bytes
+
+@patch
+def warmup(self: FlatHostMirror) -> FlatHostMirror:
+    "Compile and capture now what the transport's first calls would (an engine calls this at startup); returns self."
+    self._transport.warmup()
+    return self
 
 # %% ../nbs/06_host_mirror.ipynb #3e73aa6e
 @patch

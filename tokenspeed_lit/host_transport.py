@@ -7,31 +7,41 @@ from __future__ import annotations
 import math
 import torch
 import numpy as np
-from .core import (is_accel, to_device_async, copy_many, synchronize, host_empty, host_full, copy_to,
-                                 new_event, use_stream, capture, num_sms, check_positive)
+from fastcore.basics import patch
+from .core import (is_accel, to_device_async, synchronize, host_full, copy_to, copy_batch,
+                                 new_event, new_stream, record_event, wait_event, use_stream, capture, num_sms, check_positive,
+                                 FastLaunch)
 from .host_mirror import Transport, TRANSPORTS, FlatHostMirror
-from .kv_pool import PagedKVPool
 import triton
 import triton.language as tl
 
 # %% auto #0
-__all__ = ['page_ids', 'ZeroCopyTransport', 'StagedTransport', 'bench_host_transport', 'bench_verdict']
+__all__ = ['page_ids', 'ZeroCopyTransport', 'StagedTransport']
 
 # %% ../nbs/07_host_transport.ipynb #288be3c4
-@triton.jit(do_not_specialize=['first', 'n_tensors', 'parts'])
-def _page_copy_kernel(anchor, block, base, units, block_off, ids, first, n_tensors, parts, page_units,
+@triton.jit(do_not_specialize=['first', 'n_tensors', 'parts', 'page_units', 'max_pairs', 'dev_pages', 'blk_pages'])
+def _page_copy_kernel(anchor,       # words (int32/int16/uint8): tensor 0 of the pool in issue order
+                      block,        # words: the page-major block (pinned host pages, or device staging)
+                      base,         # int64 [n_all]: units from `anchor` to each tensor's start
+                      units,        # int64 [n_all]: units in one page's slice of each tensor
+                      block_off,    # int64 [n_all]: units from a block page's start to each tensor's slice
+                      ids,          # int64 [1 + 2 * max_pairs]: [n, dev page 0, block page 0, dev page 1, ...]
+                      first, n_tensors, parts,          # the group: tensors first .. first + n_tensors - 1
+                      page_units,                       # units in one block page
+                      max_pairs, dev_pages, blk_pages,  # bounds: capacity of `ids`, pages of the pool and the block
                       TO_BLOCK: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    n_pairs = tl.load(ids).to(tl.int32)             # read here, not passed: a captured launch serves any call size
+    n_pairs = tl.minimum(tl.load(ids).to(tl.int32), max_pairs)   # read here: a captured launch serves any call size
     for w in range(tl.program_id(0), n_pairs * n_tensors * parts, tl.num_programs(0)):   # a fixed grid strides
         part = w % parts                            # work item w = (pair j, tensor t, part of the slice)
         t = first + (w // parts) % n_tensors        # t: position in issue order
         j = w // parts // n_tensors
         dev_page = tl.load(ids + 1 + 2 * j)
         blk_page = tl.load(ids + 2 + 2 * j)
+        ok = (dev_page >= 0) & (dev_page < dev_pages) & (blk_page >= 0) & (blk_page < blk_pages)
         n = tl.load(units + t)                      # units in one page of tensor t
         d0 = (tl.load(base + t) + dev_page * n) * VEC   # words from the anchor to the device slice (may be < 0)
         b0 = (blk_page * page_units + tl.load(block_off + t)) * VEC
-        nw = (n * VEC).to(tl.int32)
+        nw = tl.where(ok, n * VEC, 0).to(tl.int32)  # a pair outside the pool or the block moves nothing
         for i in range(part, (nw + BLOCK - 1) // BLOCK, parts):   # the parts of a slice share its blocks
             offs = i * BLOCK + tl.arange(0, BLOCK)  # i * BLOCK: the compiler sees every block start aligned
             m = offs < nw
@@ -40,38 +50,45 @@ def _page_copy_kernel(anchor, block, base, units, block_off, ids, first, n_tenso
             else:
                 tl.store(anchor + d0 + offs, tl.load(block + b0 + offs, mask=m), mask=m)
 
+_page_copy = FastLaunch(_page_copy_kernel)
+
 # %% ../nbs/07_host_transport.ipynb #9ea51b7d
 class _PageCopier:
     "The page-copy kernel bound to a mirror's tensors and one page-major block (pinned host pages or device staging)."
     block_words, max_parts, programs_per_sm = 2048, 16, 8
 
-    def __init__(self, mirror: FlatHostMirror, block: torch.Tensor):
+    def __init__(self, mirror: FlatHostMirror, block: torch.Tensor, span: tuple[int, int] | None = None):
+        "`span=(lo, hi)`: the block's pages hold bytes `[lo, hi)` of each host page (one fence group's slices)."
         order, plan = mirror.issue_order, mirror._plan
+        lo, hi = (0, plan.page_bytes) if span is None else span
         tensors = [mirror.tensor_pairs[i][0] for i in order]
-        offs, sizes = [plan.offsets[i] for i in order], [plan.slice_bytes[i] for i in order]
+        offs, sizes = [plan.offsets[i] - lo for i in order], [plan.slice_bytes[i] for i in order]
         anchor = tensors[0].data_ptr()
         bases = [t.data_ptr() - anchor for t in tensors]
         g = 16
-        for v in (*offs, *sizes, *bases, plan.page_bytes, anchor, block.data_ptr()): g = math.gcd(g, v)
+        for v in (*offs, *sizes, *bases, hi - lo, anchor, block.data_ptr()): g = math.gcd(g, v)
         word = torch.int32 if g % 4 == 0 else torch.int16 if g == 2 else torch.uint8
         self.unit, self.vec = g, g // word.itemsize
         self.anchor = tensors[0].view(-1).view(torch.uint8)[:g].view(word)   # one unit at tensor 0's start
         self.block = block.view(-1).view(word)
         table = lambda xs: torch.tensor([x // g for x in xs], dtype=torch.int64, device=mirror.device)
         self.base, self.units, self.block_off = table(bases), table(sizes), table(offs)
-        self.page_units = plan.page_bytes // g
+        self.page_units = (hi - lo) // g
+        self.block_pages = block.numel() * block.element_size() // (hi - lo)
+        self.dev_pages = mirror.num_device_pages
         self.words = [s // word.itemsize for s in sizes]
         self.position = {i: k for k, i in enumerate(order)}
         self.programs = self.programs_per_sm * num_sms(mirror.device)
 
-    def launch(self, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None):
+    def launch(self, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None,
+               stream=None):
         "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
         first, nt = self.position[group[0]], len(group)
         parts = max(1, min(triton.cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
         grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
-        _page_copy_kernel[(grid,)](
-            self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts, self.page_units,
-            TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
+        _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
+                   self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,
+                   stream=stream, TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
 
 def _pack_ids(out: np.ndarray, pages: np.ndarray) -> np.ndarray:
     "Write `[n, 2]` pairs into the int64 array `out` in the kernel's `ids` layout `[n, d0, b0, d1, b1, ...]`."
@@ -152,137 +169,192 @@ class ZeroCopyTransport(Transport):
                 call[0].replay()
         return list(call[1]) if events else None
 
+    def warmup(self):
+        "Grow the ring to `max_slots` and capture every slot's graphs (store, load, load with the current fences)."
+        while len(self._slots) < self.max_slots: self._slots.append(_Slot(self.pairs_per_call, self.mirror.device))
+        m = self.mirror
+        for slot in self._slots:
+            for to_host, groups, events in ((True, [m.issue_order], False), (False, [m.issue_order], False),
+                                            (False, m._groups, True)):
+                key = (to_host, tuple(groups) if events else None)
+                if key not in slot.calls: slot.calls[key] = self._capture(slot, to_host, groups, events)
+        return self
+
 TRANSPORTS['zero_copy'] = ZeroCopyTransport
 
-# %% ../nbs/07_host_transport.ipynb #4af7e4b4
+# %% ../nbs/07_host_transport.ipynb #4d625377
+@triton.jit(do_not_specialize=['size'])
+def _ids_stage_kernel(src,          # int64 [size]: a pinned host slot in the `ids` layout, read over PCIe
+                      dst,          # int64 [size]: its device copy
+                      size,         # capacity of both
+                      BLOCK: tl.constexpr):
+    n = tl.minimum(1 + 2 * tl.load(src), size)   # the header's pair count, bounded by the slot
+    for i in range(0, n, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+_ids_stage = FastLaunch(_ids_stage_kernel, num_warps=4)
+
+# %% ../nbs/07_host_transport.ipynb #1a73f72d
+class _IdRing:
+    "Pinned `ids` slots of up to `pairs` pairs, their device copies, and one event per slot after its last reader."
+    def __init__(self, slots: int, pairs: int, device):
+        width = -(-(1 + 2 * pairs) // 2) * 2          # an even number of int64s: every slot starts 16-byte aligned
+        self.host = host_full((slots, width), 0, torch.int64)
+        self.dev = torch.zeros((slots, width), dtype=torch.int64, device=device)
+        self.rows, self.done, self.next = self.host.numpy(), [new_event(device) for _ in range(slots)], 0
+
+    def stage(self, pages: np.ndarray, stream=None) -> int:
+        "Pack `[n, 2]` pairs into the next free slot and start its device copy on `stream`; the slot's index."
+        i = self.next
+        self.next = (i + 1) % len(self.done)
+        self.done[i].synchronize()
+        _pack_ids(self.rows[i], pages)
+        _ids_stage((1,), self.host[i], self.dev[i], self.dev.shape[1], stream=stream, BLOCK=1024)
+        return i
+
+# %% ../nbs/07_host_transport.ipynb #cc8cf4f4
+def _runs(host_pages: np.ndarray, page_bytes: int, first_row: int = 0):
+    "Byte offsets on the host and in staging, and sizes, of the runs of consecutive pages in sorted `host_pages`."
+    starts = np.flatnonzero(np.diff(host_pages) != 1) + 1
+    starts = np.concatenate([[0], starts])
+    sizes = np.diff(np.append(starts, len(host_pages)))
+    return host_pages[starts] * page_bytes, (starts + first_row) * page_bytes, sizes * page_bytes
+
+def _chunks(n: int, cap: int, small_first: bool) -> list[tuple[int, int]]:
+    "`[start, end)` of chunks of at most `cap` of `n` items; the first (or last) one small, so a pipeline fills fast."
+    small = max(1, cap // 8)
+    cuts = [0, min(small, n)] if small_first else [0]
+    cuts += list(range(cuts[-1] + cap, n, cap))
+    if not small_first and n - cuts[-1] > small: cuts.append(max(cuts[-1], n - small))
+    if cuts[-1] != n: cuts.append(n)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+# %% ../nbs/07_host_transport.ipynb #d6259fc6
 class StagedTransport(Transport):
-    "Device-side gather/scatter into a page-major staging buffer plus one DMA copy per run of consecutive host pages."
-    name, default_fence_groups, staging_bytes = 'staged', 8, 256 << 20
+    "Device gather/scatter through a ring of staging chunks; DMA copies (one driver call per chunk) cross the link."
+    name, default_fence_groups = 'staged', 8
+    chunk_bytes, num_chunks, id_slots, max_chunk_pages = 128 << 20, 2, 256, 1024
 
     def __init__(self, mirror: FlatHostMirror):
         super().__init__(mirror)
-        self.set_capacity(max(1, min(mirror.num_host_pages, self.staging_bytes // mirror.bytes_per_host_page())))
+        self.copy_stream = new_stream(mirror.device)
+        self.kernel_stream = new_stream(mirror.device, priority=-100)    # clamped to the highest priority
+        self.set_chunk_pages(max(1, min(mirror.num_host_pages, self.max_chunk_pages,
+                                        self.chunk_bytes // mirror._plan.page_bytes)))
         self.last_copies = 0
 
-    def set_capacity(self, pages: int):
-        "Size the staging buffer to `pages` host pages (calls with more pages run in chunks)."
+    def set_chunk_pages(self, pages: int, num_chunks: int | None = None):
+        "Staging of `num_chunks` chunks of `pages` host pages each (a call with more pages streams through them)."
         m = self.mirror
-        self.capacity = pages
-        self.staging = torch.zeros((pages, m.bytes_per_host_page()), dtype=torch.uint8, device=m.device)
-        self.copier = _PageCopier(m, self.staging)
+        synchronize(m.device)                 # nothing queued may still use the buffers being replaced
+        self.chunk_pages = check_positive('pages', pages)
+        n = check_positive('num_chunks', self.num_chunks if num_chunks is None else num_chunks)
+        self.staging = torch.zeros((n, pages, m._plan.page_bytes), dtype=torch.uint8, device=m.device)
+        self.copiers = [_PageCopier(m, self.staging[b]) for b in range(n)]
+        self._group_copiers = {}              # (chunk, fence group) -> (copier over the group's bytes, pages it holds)
+        self.ready, self.free = [new_event(m.device) for _ in range(n)], [new_event(m.device) for _ in range(n)]
+        pairs = max(pages, min(self.max_chunk_pages, max(m.num_host_pages, m.num_device_pages)))
+        self.ids = _IdRing(self.id_slots, pairs, m.device)
+        self._next = 0
+        return self
 
-    def run(self, pages, to_host, groups, done):
-        m, cap = self.mirror, self.capacity
-        pages = torch.from_numpy(pages[np.argsort(pages[:, 1], kind='stable')])
-        self.last_copies = 0
-        for c0 in range(0, len(pages), cap):
-            chunk = pages[c0:c0 + cap]
-            c, last = len(chunk), c0 + cap >= len(pages)
-            slots = torch.arange(c, dtype=torch.int64)
-            ids = to_device_async(page_ids(torch.stack([chunk[:, 0], slots], 1).numpy()), m.device)
-            h = chunk[:, 1]
-            starts = [0] + (torch.nonzero(h[1:] != h[:-1] + 1).flatten() + 1).tolist()
-            runs = list(zip(starts, starts[1:] + [c], h[starts].tolist()))
-            hosts = [m.host_pages[h0:h0 + e - s] for s, e, h0 in runs]
-            stage = [self.staging[s:e] for s, e, _ in runs]
-            self.last_copies += len(runs)
-            if to_host:
-                for group in groups: self.copier.launch(ids, group, to_block=True, n_pairs=c)
-                copy_many(hosts, stage)
-                if last:
-                    for gi in range(len(groups)): done(gi)
-            else:
-                copy_many(stage, hosts)
-                for gi, group in enumerate(groups):
-                    self.copier.launch(ids, group, to_block=False, n_pairs=c)
-                    if last: done(gi)
+    def _take(self) -> int:
+        b = self._next
+        self._next = (b + 1) % len(self.copiers)
+        return b
+
+# %% ../nbs/07_host_transport.ipynb #6b5dcb34
+@patch
+def _store(self: StagedTransport, pages: np.ndarray):
+    "Gather chunks on the kernel stream, copy each out on the copy stream; returns the copy stream's last event."
+    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror._plan.page_bytes
+    order = tuple(m.issue_order)
+    for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=True):   # the link waits for chunk 0 only
+        chunk, b = pages[c0:c1], self._take()
+        wait_event(self.free[b], ks)                              # the copies out of chunk b have finished
+        slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
+        self.copiers[b].launch(self.ids.dev[slot], order, to_block=True, n_pairs=len(chunk), stream=ks)
+        self.ids.done[slot].record(ks); self.ready[b].record(ks)
+        wait_event(self.ready[b], cs)
+        host_off, stage_off, sizes = _runs(chunk[:, 1], PB)
+        copy_batch(m.host_pages, host_off, self.staging[b], stage_off, sizes, cs)
+        self.free[b].record(cs)
+        self.last_copies += len(sizes)
+    return self.free[b]
+
+# %% ../nbs/07_host_transport.ipynb #105b904e
+@patch
+def _span(self: StagedTransport, group) -> tuple[int, int]:
+    "Bytes `[lo, hi)` of a host page that fence group `group` (consecutive tensors in issue order) occupies."
+    plan = self.mirror._plan
+    return plan.offsets[group[0]], plan.offsets[group[-1]] + plan.slice_bytes[group[-1]]
+
+@patch
+def _group_copier(self: StagedTransport, b: int, group) -> tuple[_PageCopier, int]:
+    "A copier over staging chunk `b` packed with fence group `group`'s bytes of each page, and how many pages fit."
+    hit = self._group_copiers.get((b, group))
+    if hit is None:
+        lo, hi = self._span(group)
+        cap = min(self.staging[b].numel() // (hi - lo), (self.ids.dev.shape[1] - 1) // 2)
+        block = self.staging[b].view(-1)[:cap * (hi - lo)].view(cap, hi - lo)
+        hit = self._group_copiers[b, group] = (_PageCopier(self.mirror, block, (lo, hi)), cap)
+    return hit
+
+# %% ../nbs/07_host_transport.ipynb #674c49a2
+@patch
+def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
+    "Copy `chunk`'s host pages into a staging chunk (only fence group `group`'s bytes, packed, if given); scatter."
+    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror._plan.page_bytes
+    b = self._take()
+    wait_event(self.free[b], cs)                                  # the scatter out of chunk b has finished
+    if group is None:
+        copier, group = self.copiers[b], tuple(m.issue_order)
+        host_off, stage_off, sizes = _runs(chunk[:, 1], PB)
+    else:
+        copier, _ = self._group_copier(b, group)
+        lo, hi = self._span(group)
+        host_off, stage_off, sizes = chunk[:, 1] * PB + lo, np.arange(len(chunk)) * (hi - lo), np.full(len(chunk), hi - lo)
+    copy_batch(self.staging[b], stage_off, m.host_pages, host_off, sizes, cs)
+    self.ready[b].record(cs)
+    self.last_copies += len(sizes)
+    wait_event(self.ready[b], ks)
+    slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
+    copier.launch(self.ids.dev[slot], group, to_block=False, n_pairs=len(chunk), stream=ks)
+    self.ids.done[slot].record(ks); self.free[b].record(ks)
+
+@patch
+def move(self: StagedTransport, pages, to_host, groups, events, stream):
+    if not len(pages): return Transport.move(self, pages, to_host, groups, events, stream)
+    m, ks = self.mirror, self.kernel_stream
+    start = record_event(stream, m.device)                        # the call's place on the caller's stream
+    wait_event(start, ks); wait_event(start, self.copy_stream)
+    pages, self.last_copies = pages[np.argsort(pages[:, 1], kind='stable')], 0
+    out = [None] * len(m.tensor_pairs)
+    if to_host: last = self._store(pages)
+    elif not events:                                # a plain load: whole pages, fewest copies; a small last chunk
+        for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=False): self._load_chunk(pages[c0:c1])
+        last = self.free[(self._next - 1) % len(self.copiers)]
+    else:                                                         # fenced: group by group, each group's bytes
+        for group in groups:
+            cap = self._group_copier(0, group)[1]
+            for c0, c1 in _chunks(len(pages), cap, small_first=False): self._load_chunk(pages[c0:c1], group)
+            last = record_event(ks, m.device)
+            for t in group: out[t] = last
+    wait_event(last, stream)                                      # the caller's stream: after the whole call
+    return out if events else None
+
+@patch
+def warmup(self: StagedTransport):
+    "Compile the id, gather and scatter kernels (per fence group too) and make a first batched copy, ahead of any call."
+    m = self.mirror
+    ks = self.kernel_stream
+    slot = self.ids.stage(np.empty((0, 2), np.int64), ks)
+    for b, copier in enumerate(self.copiers):
+        for to_block in (True, False): copier.launch(self.ids.dev[slot], tuple(m.issue_order), to_block, 0, ks)
+        for group in m._groups: self._group_copier(b, group)[0].launch(self.ids.dev[slot], group, False, 0, ks)
+    copy_batch(self.staging[0], [0], m.host_pages, [0], [1], self.copy_stream)
+    synchronize(m.device)
+    return self
 
 TRANSPORTS['staged'] = StagedTransport
-
-# %% ../nbs/07_host_transport.ipynb #3983b5ea
-def _check_round_trip(m: FlatHostMirror, pairs: torch.Tensor, sample: int = 8):
-    "Store then load `pairs`, byte-comparing a sample of slices with the device each way; AssertionError on a miss."
-    pick = pairs[torch.randperm(len(pairs))[:sample]].tolist()
-    spans = m.row_spans
-    slices = lambda d: [t[d * s:(d + 1) * s].reshape(-1).view(torch.uint8) for (t, _), s in zip(m.tensor_pairs, spans)]
-    host = lambda h: [hv[h].reshape(-1).view(torch.uint8) for _, hv in m.tensor_pairs]
-    def check(what):
-        synchronize()
-        for d, h in pick:
-            if not all(torch.equal(a.cpu(), b) for a, b in zip(slices(d), host(h))):
-                raise AssertionError(f'{m.transport}: {what} of pair ({d}, {h}) differs')
-    for _, h in pick:
-        for x in host(h): x.fill_(0)                 # so a store that moves nothing cannot pass
-    m.store_pages(pairs); check('store')
-    for d, _ in pick:
-        for x in slices(d): x.fill_(0xA5)            # so a load that moves nothing cannot pass
-    m.load_pages(pairs); check('load')
-
-# %% ../nbs/07_host_transport.ipynb #6cfa8c5b
-def bench_host_transport(page_sizes=(4, 16, 64), num_layers: int = 32, num_kv_heads: int = 8, head_dim: int = 128,
-                         pages_per_call: int = 256, transports=('slices', 'zero_copy', 'staged'),
-                         fence_sweep=(32, 64), device=None, seed: int = 0, busy_us: float = 2000):
-    "Store/load GB/s and host issue time of each transport next to the contiguous pinned copy; a `Table`."
-    from tokenspeed_lit.benchmarking import Table, device_time_us, host_issue_us
-    rows, n = [], pages_per_call
-    g = torch.Generator().manual_seed(seed)
-    for ps in page_sizes:
-        pool = PagedKVPool(2 * n + 1, ps, num_layers, num_kv_heads, head_dim, torch.bfloat16, device)
-        for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).random_(0, 256)
-        m = FlatHostMirror(pool, 2 * n)
-        dev_pages = torch.randperm(2 * n, generator=g)[:n] + 1
-        random_pairs = torch.stack([dev_pages, torch.randperm(2 * n, generator=g)[:n]], 1)
-        run_pairs = torch.stack([dev_pages, torch.arange(n) + n // 2], 1)
-        nbytes = n * m.bytes_per_host_page()
-        first = len(rows)
-        def row(transport, op, host_pages, fn, fence=None, issue_iters=10, busy=True):
-            us = device_time_us(fn, device, eager=True)     # each call stages its own page ids: time real calls
-            issue = host_issue_us(fn, device, iters=issue_iters, warmup=2, sync_each=True, rounds=2)
-            busy_issue = (host_issue_us(fn, device, iters=max(1, issue_iters // 2), warmup=2, busy_us=busy_us,
-                                        burst=4, rounds=2) if busy else None)
-            rows.append(dict(page_size=ps, transport=transport, op=op, fence_groups=fence, host_pages=host_pages,
-                             GBps=nbytes / us / 1e3, issue_us=issue, issue_busy_us=busy_issue))
-        dbuf = torch.empty(nbytes, dtype=torch.uint8, device=pool.device)
-        hbuf = host_empty(nbytes, torch.uint8)
-        row('contiguous copy', 'store', '-', lambda: copy_to(hbuf, dbuf))
-        row('contiguous copy', 'load', '-', lambda: copy_to(dbuf, hbuf))
-        del dbuf, hbuf
-        for name in transports:
-            m.transport, m.fence_groups = name, None
-            _check_round_trip(m, random_pairs)
-            it = 2 if name == 'slices' else 10          # the slice loop takes ~0.2 s per call
-            busy = name != 'slices'                    # a 0.2 s call: the GPU is never idle while it is issued
-            row(name, 'store', 'random', lambda: m.store_pages(random_pairs), issue_iters=it, busy=busy)
-            row(name, 'load', 'random', lambda: m.load_pages(random_pairs), issue_iters=it, busy=busy)
-            row(name, 'load+events', 'random', lambda: m.load_pages_with_events(random_pairs), m.fence_groups, it, busy)
-            if name == 'zero_copy':
-                for k in fence_sweep:
-                    m.fence_groups = k
-                    row(name, 'load+events', 'random', lambda: m.load_pages_with_events(random_pairs), m.fence_groups)
-                m.fence_groups = None
-            if name != 'slices':
-                _check_round_trip(m, run_pairs)
-                row(name, 'store', 'one run', lambda: m.store_pages(run_pairs))
-                row(name, 'load', 'one run', lambda: m.load_pages(run_pairs))
-        bound = {r['op']: r['GBps'] for r in rows[first:first + 2]}
-        for r in rows[first:]: r['vs_bound'] = r['GBps'] / bound['store' if r['op'] == 'store' else 'load']
-        del m, pool
-    title = (f'host mirror transports: {num_layers} layers K+V, {num_kv_heads}x{head_dim} bf16, '
-             f'{pages_per_call} of {2 * pages_per_call} pages per call')
-    return Table(rows, title=title)
-
-# %% ../nbs/07_host_transport.ipynb #83fb5594
-def bench_verdict(table, goal_ratio: float = 0.8, goal_issue_us: float = 200.0) -> dict:
-    "Per transport: worst ratio to the bound, worst host issue time (busy device; right after a transfer), and the goal."
-    out = {}
-    for name in sorted({r['transport'] for r in table.rows} - {'contiguous copy'}):
-        rs = [r for r in table.rows if r['transport'] == name and r['host_pages'] == 'random']
-        default = [r for r in rs if r['op'] == 'load+events'][0]['fence_groups']
-        worst = min(r['vs_bound'] for r in rs if r['op'] in ('store', 'load'))
-        timed = [r for r in rs if r['op'] != 'load+events' or r['fence_groups'] == default]
-        issue = max(r['issue_us'] for r in timed)
-        busy = [r['issue_busy_us'] for r in timed if r.get('issue_busy_us') is not None]
-        judged = max(busy) if busy else issue      # the engine's case when measured; else the only number there is
-        out[name] = dict(worst_ratio=worst, max_issue_us=issue, max_issue_busy_us=max(busy) if busy else None,
-                         fence_groups=default, meets=worst >= goal_ratio and judged <= goal_issue_us)
-    return out
