@@ -228,13 +228,14 @@ class FastLaunch:
 # %% ../nbs/00_core.ipynb #558febb9
 def _spec_key(args, fixed) -> list | None:
     "Specialisation bits of `args` (at least as fine as Triton's); None for a type it does not know."
-    key = []
+    key, T = [], torch.Tensor
     for a, dont in zip(args, fixed):
-        if isinstance(a, torch.Tensor): key += (a.dtype, a.data_ptr() & 15 == 0)
-        elif a is True or a is False or a is None: key.append(a)
-        elif type(a) is int:
-            key.append(0 if -2**31 <= a < 2**31 else 1 if a < 2**63 else 2)
-            if not dont: key += (a == 1, a & 15 == 0)
+        t = type(a)
+        if t is T: key.append(a.dtype); key.append(not a.data_ptr() & 15)
+        elif t is int:
+            key.append(0 if -2147483648 <= a < 2147483648 else 1 if a < 1 << 63 else 2)   # i32, i64, u64
+            if not dont: key.append(a == 1); key.append(not a & 15)
+        elif a is None or t is bool: key.append(a)
         else: return None
     return key
 
