@@ -9,13 +9,15 @@ from pathlib import Path
 import numpy as np
 import torch
 import warnings
+from fastcore.basics import patch
 from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_event, new_stream,
                                  record_event, wait_event, use_stream, copy_to)
 
 # %% auto #0
 __all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'Stamp', 'forward_unit',
            'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'bench_host_interference',
-           'bench_layerwise', 'host_tier_goals']
+           'bench_layerwise', 'host_tier_goals', 'engine_compute_positions', 'EngineInputBuffers',
+           'bench_host_overhead']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -416,3 +418,182 @@ def host_tier_goals(d: dict) -> list[dict]:
                  met=issue <= 200),
             dict(goal='layer-wise load within max(load, forward) + one layer of load',
                  measured=f"{lw['overlapped_ms']:.1f} ms vs {bound:.1f} ms", met=lw['overlapped_ms'] <= bound)]
+
+# %% ../nbs/90_benchmarking.ipynb #9e182dbe
+import triton
+import triton.language as tl
+
+@triton.jit
+def _engine_positions_kernel(prefix_ptr, lens_ptr, pos_ptr, start_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0)
+    start = tl.zeros([], dtype=tl.int64)
+    for j in range(0, i):                          # every program re-sums all earlier lengths: O(B^2) loads
+        start += tl.load(lens_ptr + j)
+    n = tl.load(lens_ptr + i)
+    p = tl.load(prefix_ptr + i).to(tl.int64)
+    for k in range(0, n, BLOCK):
+        offs = k + tl.arange(0, BLOCK)
+        tl.store(pos_ptr + start + offs, p + offs, mask=offs < n)
+    tl.store(start_ptr + i, start.to(tl.int32))
+
+def engine_compute_positions(extend_prefix_lens, extend_seq_lens, total_tokens, out):
+    "The engine's `compute_position_triton`: positions into `out`, and each request's start; a thin launch."
+    start = torch.empty(len(extend_seq_lens), dtype=torch.int32, device=extend_seq_lens.device)
+    _engine_positions_kernel[(len(extend_seq_lens),)](extend_prefix_lens, extend_seq_lens, out, start, BLOCK=64)
+    return out[:total_tokens], start
+
+# %% ../nbs/90_benchmarking.ipynb #f63325b1
+class EngineInputBuffers:
+    "The engine's `InputBuffers.fill_input_buffers`, re-implemented from its behaviour as the host-time baseline."
+    def __init__(self, max_bs, max_num_tokens, page_size, dummy_kv_slot, state_write_padding_pool_index, device=None):
+        from tokenspeed_lit.padding import PaddedBuffers
+        self.b = PaddedBuffers(max_bs, max_num_tokens, dummy_kv_slot, state_write_padding_pool_index, device)
+        self.page_size, self.device = page_size, as_device(device)
+        pin = dict(dtype=torch.int32, pin_memory=HAS_ACCEL)
+        self.extend_prefix_lens_cpu, self.extend_seq_lens_cpu = torch.zeros(max_bs, **pin), torch.zeros(max_bs, **pin)
+
+    def _pinned(self, values, dtype=torch.int64):
+        return torch.tensor(list(values), dtype=dtype, pin_memory=HAS_ACCEL)
+
+# %% ../nbs/90_benchmarking.ipynb #b37c3617
+@patch
+def _overrides(self: EngineInputBuffers, rs, pools, ids_list, row0):
+    "The engine's decode-id override: a pinned tensor per step, then torch ops on the runtime state."
+    ids = self._pinned(ids_list, torch.int32).to(self.device, non_blocking=True)
+    mask, ids = (ids != -1).unsqueeze(1), ids.unsqueeze(1)
+    fim = rs.future_input_map
+    fim[pools, :1] = torch.where(mask, ids, fim[pools, :1])
+    force = mask.squeeze(1) & ~rs.remote_spec_candidate_ready[pools]
+    if fim.shape[1] > 1: fim[pools, 1:] = torch.where(force.unsqueeze(1), ids.expand(-1, fim.shape[1] - 1), fim[pools, 1:])
+    self.b.force_single_token_verify_buf[row0:row0 + len(ids_list)] = force
+    rs.remote_spec_candidate_ready[pools] = False
+
+# %% ../nbs/90_benchmarking.ipynb #1835ceb6
+@patch
+def fill_input_buffers(self: EngineInputBuffers, fo, rs, req_to_page, total_tokens):
+    "One step, the engine's way (decode, mixed and prefill steps); returns the overrides or None."
+    from tokenspeed_lit.positions import compute_out_cache_loc
+    from tokenspeed_lit.fused_decode import fused_decode_input_prep
+    b, B, ne = self.b, len(fo.request_ids), len(fo.extend_prefix_lens)
+    ovr = fo.decode_input_ids
+    if ovr is not None and all(x == -1 for x in ovr): ovr = None
+    pools_h = self._pinned(fo.request_pool_indices)
+    b.req_pool_indices_buf[:B].copy_(pools_h, non_blocking=True)
+    b.state_write_req_pool_indices_buf[:B].copy_(pools_h, non_blocking=True)
+    b.input_lengths_buf[:B].copy_(self._pinned(fo.input_lengths, torch.int32), non_blocking=True)
+    if ne:
+        self.extend_prefix_lens_cpu[:ne] = torch.as_tensor(fo.extend_prefix_lens, dtype=torch.int32)
+        b.extend_prefix_lens_buf[:ne].copy_(self.extend_prefix_lens_cpu[:ne], non_blocking=True)
+        self.extend_seq_lens_cpu[:ne] = torch.as_tensor(fo.input_lengths[:ne], dtype=torch.int32)
+        b.extend_seq_lens_buf[:ne].copy_(self.extend_seq_lens_cpu[:ne], non_blocking=True)
+    pools, lens = b.req_pool_indices_buf[:B], b.input_lengths_buf[:B]
+    vcl = None
+    if ne == 0:
+        fused_decode_input_prep(b.out_cache_loc_buf[:total_tokens], b.positions_buf[:total_tokens], b.seq_lens_buf[:B],
+                                pools, rs.valid_cache_lengths, total_tokens // B, req_to_page, self.page_size)
+    else:
+        vcl = rs.valid_cache_lengths.index_select(0, pools)
+        compute_out_cache_loc(b.out_cache_loc_buf[:total_tokens], pools, lens, vcl, req_to_page, self.page_size)
+        prefix = b.extend_prefix_lens_buf[:ne] if ne == B else vcl.clone()
+        if ne < B: prefix[:ne].copy_(b.extend_prefix_lens_buf[:ne])
+        engine_compute_positions(prefix, lens, total_tokens, b.positions_buf[:total_tokens])
+    if ne:
+        P = sum(fo.input_lengths[:ne])
+        b.input_ids_buf[:P].copy_(self._pinned(fo.input_ids, torch.int32), non_blocking=True)
+        b.shifted_prefill_ids_buf[:P].copy_(self._pinned(fo.shifted_input_ids, torch.int32), non_blocking=True)
+        if ne < B:
+            dec = pools[ne:B]
+            if ovr is not None: self._overrides(rs, dec, ovr, ne)
+            ids = rs.future_input_map[dec].flatten()
+            b.input_ids_buf[P:total_tokens].copy_(ids, non_blocking=True)
+            b.shifted_prefill_ids_buf[P:total_tokens].copy_(ids, non_blocking=True)
+    else:
+        if ovr is not None: self._overrides(rs, pools, ovr, 0)
+        b.input_ids_buf[:total_tokens].copy_(rs.future_input_map[pools].flatten(), non_blocking=True)
+    b.input_ids_buf[:total_tokens].clamp_(0, rs.vocab_size - 1)
+    b.shifted_prefill_ids_buf[:total_tokens].clamp_(0, rs.vocab_size - 1)
+    if vcl is not None: torch.add(lens, vcl, out=b.seq_lens_buf[:B])
+    if total_tokens < b.max_num_tokens:
+        b.input_ids_buf[total_tokens:].fill_(1); b.out_cache_loc_buf[total_tokens:].fill_(b.dummy_kv_slot)
+        b.positions_buf[total_tokens:].fill_(0); b.mrope_positions_buf[:, total_tokens:].zero_()
+    if B < b.max_bs:
+        b.req_pool_indices_buf[B:].fill_(0)
+        b.state_write_req_pool_indices_buf[B:].fill_(b.state_write_padding_pool_index)
+        b.seq_lens_buf[B:].fill_(1)
+    return ovr
+
+# %% ../nbs/90_benchmarking.ipynb #c0ed60b7
+def _mixed_op(ForwardOp, rng, pool_rows: int, prefill: int, length: int, decode: int, vocab: int, max_prefix: int):
+    "A `ForwardOp` of `prefill` rows of `length` new tokens each, then `decode` one-token rows (lists)."
+    B = prefill + decode
+    pools = (rng.permutation(pool_rows)[:B] + 1).tolist()
+    prefix = rng.integers(0, max_prefix, prefill).tolist()
+    lens = [length] * prefill + [1] * decode
+    ids = rng.integers(0, vocab, prefill * length).tolist()
+    return ForwardOp(list(range(B)), pools, lens, input_ids=ids, shifted_input_ids=ids[1:] + ids[:1],
+                     extend_prefix_lens=prefix, prefill_lengths=[p + length + 1 for p in prefix]), prefill * length + decode
+
+def _as_arrays(fo):
+    "The same `ForwardOp` with every list a numpy array (what a scheduler that keeps arrays hands over)."
+    import dataclasses
+    return dataclasses.replace(fo, **{f.name: np.asarray(getattr(fo, f.name)) for f in dataclasses.fields(fo)
+                                      if isinstance(getattr(fo, f.name), list)})
+
+# %% ../nbs/90_benchmarking.ipynb #d16a074d
+def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: int = 0, small: bool = False) -> dict:
+    "Host time per eager call of every public entry point, next to the engine's; see above. `small`: CPU-sized."
+    from tokenspeed_lit.positions import (compute_positions, compute_out_cache_loc, compute_out_cache_loc_uniform,
+                                          compute_out_cache_loc_sliding)
+    from tokenspeed_lit.fused_decode import fused_decode_input_prep
+    from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
+    device, rng = as_device(device), np.random.default_rng(seed)
+    t = lambda fn: host_issue_us(fn, device, iters=iters, warmup=warmup)
+    dev_i32 = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int32, device=device)
+    rows = []
+    for B in ((8, 64) if small else (8, 64, 512)):
+        lens, prefix = dev_i32(rng.integers(1, 64, B)), dev_i32(rng.integers(0, 4096, B))
+        total = int(lens.sum())
+        out, out_e = torch.empty(total, dtype=torch.int64, device=device), torch.empty(total, dtype=torch.int64, device=device)
+        ours, eng = compute_positions(prefix, lens, total, out=out), engine_compute_positions(prefix, lens, total, out_e)
+        assert torch.equal(ours[0], eng[0]) and torch.equal(ours[1], eng[1]), 'compute_positions differs from the engine'
+        rows.append(dict(call='compute_positions', batch=B, engine_us=t(lambda: engine_compute_positions(prefix, lens, total, out_e)),
+                         host_us=t(lambda: compute_positions(prefix, lens, total, out=out))))
+    e64 = next(r['engine_us'] for r in rows if r['batch'] == 64)
+    P, W, PAGE = 257, 64, 16
+    table = dev_i32(rng.integers(1, 1 << 20, (P, W)))
+    pools = torch.as_tensor(rng.permutation(P - 1)[:64] + 1, device=device)
+    start, lens = dev_i32(rng.integers(0, W * PAGE - 4, 64)), dev_i32(rng.integers(1, 4, 64))
+    vcl = dev_i32(rng.integers(0, W * PAGE - 4, P))
+    loc = torch.empty(64 * 4, dtype=torch.int32, device=device)
+    pos, seq = torch.empty(64 * 2, dtype=torch.int64, device=device), torch.empty(64, dtype=torch.int32, device=device)
+    for name, fn in (('compute_out_cache_loc', lambda: compute_out_cache_loc(loc[:int(lens.sum())], pools, lens, start, table, PAGE)),
+                     ('compute_out_cache_loc_uniform', lambda: compute_out_cache_loc_uniform(loc, pools, 2, start, table, PAGE)),
+                     ('compute_out_cache_loc_sliding', lambda: compute_out_cache_loc_sliding(loc, pools, 2, start, table, PAGE)),
+                     ('fused_decode_input_prep', lambda: fused_decode_input_prep(loc[:128], pos, seq, pools, vcl, 2, table, PAGE))):
+        rows.append(dict(call=name, batch=64, engine_us=e64, host_us=t(fn)))
+    POOL, COLS, VOCAB = (64, 32, 1000) if small else (4096, 256, 128_000)
+    MAX_BS, MAX_TOK = (16, 256) if small else (1024, 8192)
+    rs = RuntimeStates(POOL, VOCAB, output_length=1, device=device)
+    rs.valid_cache_lengths.copy_(torch.as_tensor(rng.integers(1, COLS * PAGE // 2, POOL + 1), dtype=torch.int32))
+    rs.future_input_map.copy_(torch.as_tensor(rng.integers(0, VOCAB, (POOL + 1, 1)), dtype=torch.int32))
+    big = dev_i32(rng.integers(1, 1 << 20, (POOL + 1, COLS)))
+    ours = InputBuffers(MAX_BS, MAX_TOK, PAGE, 0, POOL, device)
+    eng = EngineInputBuffers(MAX_BS, MAX_TOK, PAGE, 0, POOL, device)
+    steps = ([('fill_input_buffers prefill 1x2048', 1, 2048, 0), ('fill_input_buffers mixed 4x512+60', 4, 512, 60),
+              ('fill_input_buffers mixed 8x256+248', 8, 256, 248)] +
+             [('fill_input_buffers decode', 0, 0, b) for b in (1, 256, 1024)])
+    if small: steps = [('fill_input_buffers mixed 2x64+6', 2, 64, 6), ('fill_input_buffers decode', 0, 0, 8)]
+    for call, npre, length, ndec in steps:
+        fo, T = _mixed_op(ForwardOp, rng, POOL, npre, length, ndec, VOCAB, COLS * PAGE // 2 - length - 1)
+        ours.fill_input_buffers(fo, rs, big, T); eng.fill_input_buffers(fo, rs, big, T); synchronize(device)
+        B = npre + ndec
+        for name, n in (('input_ids_buf', T), ('positions_buf', T), ('out_cache_loc_buf', T), ('seq_lens_buf', B),
+                        ('req_pool_indices_buf', B)):
+            assert torch.equal(getattr(ours, name)[:n], getattr(eng.b, name)[:n]), f'{call}: {name} differs from the engine'
+        arr = _as_arrays(fo)
+        rows.append(dict(call=call, batch=B, engine_us=t(lambda: eng.fill_input_buffers(fo, rs, big, T)),
+                         host_us=t(lambda: ours.fill_input_buffers(fo, rs, big, T)),
+                         host_us_numpy=t(lambda: ours.fill_input_buffers(arr, rs, big, T))))
+    e = env_info(device)
+    return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, title='host time per eager call (us)',
+                rows=rows)
