@@ -215,9 +215,9 @@ def int_list(name: str, values) -> list:
     elif isinstance(values, np.ndarray): ok = values.dtype.kind in 'iu'
     else: raise InputTypeError(f'{name} must be a list, tuple, numpy array or CPU tensor of integers, '
                                f'got {type(values).__name__}')
-    if not ok: raise InputTypeError(f'{name} must hold integers, got dtype {values.dtype}')
     if values.ndim != 1: raise ValueError(f'{name} must be 1-D, got shape {tuple(values.shape)}')
-    return values.tolist()                                # one C loop
+    if not ok and len(values): raise InputTypeError(f'{name} must hold integers, got dtype {values.dtype}')
+    return values.tolist()                                # one C loop (an empty array of any dtype: [])
 
 def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
     "Raise `ValueError` unless `t` is an integer tensor (with `ndim` dimensions, if given)."
