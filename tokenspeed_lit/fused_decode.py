@@ -409,15 +409,15 @@ def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_p
     "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice (vectorised)."
     if not batch: return
     at = self.layout['pool']
-    u = self._u32[slot][at:at + batch]
-    if int(u.max()) >= self.num_pool:
+    rows = self._u32[slot][at:at + batch].astype(np.intp)   # unsigned: a negative index reads as a huge one
+    ids, seen = _ROW_IDS[:batch], self._seen                 # seen: one entry per pool row
+    try: seen[rows] = ids                 # the range check too: a row outside [0, num_pool) cannot be written
+    except IndexError:
         v = self._np[slot][at:at + batch]
-        raise ValueError(f'{name} holds {v[(v < 0) | (v >= self.num_pool)][0]}, outside the pool [0, {self.num_pool})')
-    ids, seen = _ROW_IDS[:batch], self._seen
-    seen[u] = ids                         # a row named twice keeps the later request's index
-    if batch > 1 and (seen[u] != ids).any():
-        i = int(np.flatnonzero(seen[u] != ids)[0])
-        raise ValueError(f'{name} holds pool row {int(u[i])} twice (requests {i} and {int(seen[u[i]])}): '
+        raise ValueError(f'{name} holds {v[(v < 0) | (v >= self.num_pool)][0]}, outside the pool [0, {self.num_pool})') from None
+    if batch > 1 and (seen[rows] != ids).any():   # a row named twice kept the later request's number
+        i = int(np.flatnonzero(seen[rows] != ids)[0])
+        raise ValueError(f'{name} holds pool row {int(rows[i])} twice (requests {i} and {int(seen[rows[i]])}): '
                          f'two requests cannot share a pool row')
 
 @patch
