@@ -205,6 +205,9 @@ _BAD = [
     (lambda: (_dec([1, 2], decode_input_ids=np.array([[1, 2]])), 4), 'decode_input_ids must be 1-D'),
     (lambda: (_mixed(input_ids=np.array([5.0, 6.0, 7.0])), 5), 'input_ids must hold integers, got dtype float64'),
     (lambda: (_mixed(input_ids=[5, 6.5, 7]), 5), 'input_ids must hold int32 integers'),
+    (lambda: (_mixed(input_lengths=[2.5, 2], input_ids=[5, 6], shifted_input_ids=[6, 7]), 4.5),
+     'total_tokens must be an integer, got 4.5'),
+    (lambda: (_mixed(input_lengths=[2.5, 2.0]), 5), 'input_lengths must hold integers, got [2.5, 2.0]'),
     (lambda: (ForwardOp(3, [1], [2]), 2), 'request_ids must be a sequence, got int'),
     (lambda: (_mixed(input_ids=[5, 2**33, 7]), 5), 'input_ids must hold int32 integers'),
 ]

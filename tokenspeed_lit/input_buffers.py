@@ -5,6 +5,7 @@
 # %% ../nbs/04_input_buffers.ipynb #aa4fd509
 from __future__ import annotations
 from dataclasses import dataclass, field
+import numpy as np
 import torch
 from fastcore.basics import patch
 from .core import (as_device, check_positive, check_int, int_list, InputTypeError,
@@ -114,8 +115,9 @@ def _check_step(self: InputBuffers, fo, total_tokens, width):
     if lens[ne:].count(width) != batch - ne:
         raise ValueError(f'every decode row must feed {width} tokens (the width of future_input_map), '
                          f'got input_lengths[{ne}:]={lens[ne:]}')
-    if total_tokens != sum(lens):
-        raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={sum(lens)}')
+    n = sum(lens)
+    if not isinstance(n, (int, np.integer)): raise InputTypeError(f'input_lengths must hold integers, got {lens}')
+    if total_tokens != n: raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={n}')
     return batch, ne, pools, lens
 
 # %% ../nbs/04_input_buffers.ipynb #3676e9f2
