@@ -32,3 +32,38 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     for w in words: assert w in line, line
+
+
+@pytest.mark.parametrize('args, msg', [
+    (['--ranks', '0'], 'argument --ranks: must be an integer in [1, 64], got 0'),
+    (['--ranks', 'two'], "argument --ranks: 'two' is not an integer"),
+    (['--requests', '0'], 'argument --requests: must be an integer >= 1, got 0'),
+    (['--requests', '-3'], 'argument --requests: must be an integer >= 1, got -3'),
+    (['--seed', '-1'], 'argument --seed: must be an integer >= 0, got -1'),
+    (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
+    (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
+])
+def test_bad_counts_are_usage_errors(args, msg, capsys):
+    from tokenspeed_lit.demo import main
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert msg in err and 'usage:' in err
+
+
+def test_help_describes_every_option():
+    from tokenspeed_lit.demo import parser
+    ap = parser()
+    for action in ap._actions:
+        assert action.help, action.option_strings
+    text = ap.format_help()
+    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault'):
+        assert opt in text
+
+
+def test_bad_ranks_from_the_environment_is_a_usage_error():
+    r = subprocess.run([sys.executable, '-m', 'tokenspeed_lit.demo'], capture_output=True, text=True,
+                       env={**ENV, 'RANKS': '0'}, timeout=120)
+    assert r.returncode == 2 and 'argument --ranks: must be an integer in [1, 64], got 0' in r.stderr
+    assert 'all checks passed' not in r.stdout

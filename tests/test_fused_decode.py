@@ -3,12 +3,16 @@ unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of 
 and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
 going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area;
 captured replays equal eager steps; the staging copy moves exactly the ints its header names; every bad input raises
-`ValueError` before any buffer or runtime state is touched."""
+`ValueError` before any buffer or runtime state is touched. Bad device values too: negative and huge cached lengths,
+pool indices outside the pool, page sizes that are not powers of two; `fused_decode_input_prep`'s outputs sit inside
+larger poisoned buffers whose guard bands must stay untouched; the step's lists come as lists, tuples, numpy arrays
+or CPU tensors; duplicate pool rows, floats and narrow dtypes are refused; the debug mode names the request."""
+import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device, synchronize, host_full
+from tokenspeed_lit.core import default_device, synchronize, host_full, device_value_checks
 from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
                                          FusedDecodeStep, decode_step_ref, staging_layout)
 from tokenspeed_lit.padding import PaddedBuffers
@@ -16,6 +20,15 @@ from tokenspeed_lit import fused_decode as fd
 
 DEV = default_device()
 POISON = -77
+GUARD = 5
+KERNEL = settings(max_examples=max(100, settings.default.max_examples))   # kernel properties: more than CI's 40
+PAGE_SIZES = st.sampled_from([1, 2, 3, 4, 5, 16])
+
+
+def guarded(n, dtype):
+    "A poisoned buffer with `GUARD` elements on each side of an `n`-element output; returns (buffer, output)."
+    buf = torch.full((n + 2 * GUARD,), POISON, dtype=dtype, device=DEV)
+    return buf, buf[GUARD:GUARD + n]
 
 
 def _gen(seed):
@@ -29,22 +42,28 @@ def random_table(g, rows, cols, null=0.2):
     return table
 
 
+@KERNEL
 @given(batch=st.sampled_from([0, 1]) | st.integers(0, 150), L=st.integers(0, 4), rows=st.integers(1, 12),
-       cols=st.integers(1, 6), page_size=st.sampled_from([1, 2, 4, 16]), dummy=st.integers(0, 3),
-       seed=st.integers(0, 2**31 - 1), slack=st.integers(0, 5))
-def test_prep_matches_reference(batch, L, rows, cols, page_size, dummy, seed, slack):
+       cols=st.integers(1, 6), page_size=PAGE_SIZES, dummy=st.integers(0, 3),
+       seed=st.integers(0, 2**31 - 1), slack=st.integers(0, 5), dtypes=st.sampled_from([torch.int32, torch.int64]),
+       bad_cache=st.booleans())
+def test_prep_matches_reference(batch, L, rows, cols, page_size, dummy, seed, slack, dtypes, bad_cache):
     g = _gen(seed)
     table = random_table(g, rows, cols)
     vcl = torch.randint(0, cols * page_size + 4, (rows,), generator=g, dtype=torch.int32)
+    if bad_cache:   # negative and huge cached lengths: device values the host never sees
+        vcl[torch.rand(rows, generator=g) < 0.3] = torch.tensor(-5, dtype=torch.int32)
+        vcl[torch.rand(rows, generator=g) < 0.2] = torch.tensor(2**31 - 8, dtype=torch.int32)
     pools = torch.randint(-2, rows + 3, (batch,), generator=g)           # some outside the pool
-    loc = torch.full((batch * L + slack,), POISON, dtype=torch.int32, device=DEV)
-    pos = torch.full((batch * L + slack,), POISON, dtype=torch.int64, device=DEV)
-    seq = torch.full((batch + slack,), POISON, dtype=torch.int32, device=DEV)
+    lbuf, loc = guarded(batch * L + slack, dtypes)
+    pbuf, pos = guarded(batch * L + slack, torch.int64)
+    sbuf, seq = guarded(batch + slack, torch.int64 if dtypes == torch.int32 else torch.int32)
     fused_decode_input_prep(loc, pos, seq, pools.to(DEV), vcl.to(DEV), L, table.to(DEV), page_size, dummy)
     ref = fused_decode_input_prep_ref(pools, vcl, L, table, page_size, dummy)
-    for got, want in zip((loc, pos, seq), ref):
-        assert torch.equal(got[:want.numel()].cpu().long(), want)
+    for got, want, buf in zip((loc, pos, seq), ref, (lbuf, pbuf, sbuf)):
+        assert torch.equal(got[:want.numel()].cpu().long(), want.to(got.dtype).long())
         assert (got[want.numel():] == POISON).all(), 'wrote past the batch'
+        assert (buf[:GUARD] == POISON).all() and (buf[-GUARD:] == POISON).all(), 'wrote outside the output'
     # every slot is the dummy or inside a page the row owns
     for i, s in enumerate(ref[0].tolist()):
         if s != dummy:
@@ -68,8 +87,10 @@ def test_prep_matches_unfused(batch, L, seed):
 
 # ---- the fused step ----------------------------------------------------------------------------------------------
 
-def make_state(g, pool_rows, W, vocab, cols=4, page_size=4):
+def make_state(g, pool_rows, W, vocab, cols=4, page_size=4, bad_cache=False):
     vcl = torch.randint(0, cols * page_size + 2, (pool_rows,), generator=g, dtype=torch.int32)
+    if bad_cache:   # negative cached lengths: the kernel must stay inside its buffers and match the reference
+        vcl[torch.rand(pool_rows, generator=g) < 0.3] = torch.tensor(-3, dtype=torch.int32)
     fim = torch.randint(-3, vocab + 6, (pool_rows, W), generator=g, dtype=torch.int32)   # some out of range
     ready = torch.rand(pool_rows, generator=g) < 0.5
     table = random_table(g, pool_rows, cols)
@@ -88,7 +109,8 @@ def decode_steps(draw, max_bs, max_tok, W, pool_rows, vocab, has_mamba):
     mamba = None
     if has_mamba and draw(st.booleans()):
         mamba = [draw(st.lists(st.integers(-1, 50), min_size=B, max_size=B)) for _ in range(4)]
-    return pools, L, ovr, mamba
+    form = draw(st.sampled_from([list, tuple, np.array, torch.tensor]))   # every accepted form of a host list
+    return pools, L, ovr, mamba, form
 
 
 @st.composite
@@ -100,22 +122,29 @@ def step_cases(draw):
     pool_rows = max_bs + draw(st.integers(1, 6))
     vocab = draw(st.integers(2, 60))
     steps = draw(st.lists(decode_steps(max_bs, max_tok, W, pool_rows, vocab, has_mamba), min_size=1, max_size=3))
-    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, draw(st.integers(0, 2**31 - 1))
+    page_size, bad_cache = draw(PAGE_SIZES), draw(st.booleans())
+    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, page_size, bad_cache, draw(st.integers(0, 2**31 - 1))
 
 
+def _form(form, values):
+    return None if values is None else form(values) if form is not np.array else np.array(values, dtype=np.int64)
+
+
+@KERNEL
 @given(step_cases())
 def test_step_matches_reference(case):
-    max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, seed = case
-    step = FusedDecodeStep.create(max_bs, max_tok, 4, dummy_kv_slot=3, state_write_padding_pool_index=pool_rows,
-                                  device=DEV, has_mamba=has_mamba)
-    vcl, fim, ready, table = make_state(_gen(seed), pool_rows, W, vocab)
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, page_size, bad_cache, seed = case
+    step = FusedDecodeStep.create(max_bs, max_tok, page_size, dummy_kv_slot=3,
+                                  state_write_padding_pool_index=pool_rows, device=DEV, has_mamba=has_mamba)
+    vcl, fim, ready, table = make_state(_gen(seed), pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
     step.bind(vcl, fim, ready, vocab, table)
-    for pools, L, ovr, mamba in steps:
+    for pools, L, ovr, mamba, form in steps:
         step.buffers.poison_(POISON)   # the device staging area too: a step must copy all its kernel reads
         before = {k: v.cpu() for k, v in step.buffers.snapshot().items()}
         want, want_state = decode_step_ref(before, step.buffers.values, vcl.cpu(), fim.cpu(), ready.cpu(), vocab,
-                                           table.cpu(), 4, pools, L, ovr, mamba)
-        got_ovr = step(pools, L, ovr, mamba)
+                                           table.cpu(), page_size, pools, L, ovr, mamba)
+        got_ovr = step(_form(form, pools), L, _form(form, ovr),
+                       None if mamba is None else [_form(form, m) for m in mamba])
         synchronize(DEV)
         assert got_ovr == (None if ovr is None or all(x == -1 for x in ovr) else ovr)
         for k, v in step.buffers.buffers().items():
@@ -219,8 +248,25 @@ _BAD_STEPS = [
     (lambda s, st: s([1, 2], 1, [5]), 'decode_input_ids has 1 entries for 2 decode rows'),
     (lambda s, st: s([1, 2], 1, [5, -2**40]), 'decode_input_ids must hold int32 integers'),
     (lambda s, st: s([1, 2], 1, None, [[0, 0]] * 4), 'no Mamba buffers'),
-    (lambda s, st: s.dummy(5, 0), 'batch_size must be in [0, 4]'),
-    (lambda s, st: s.dummy(1, 7), 'total_tokens must be in [0, 6]'),
+    (lambda s, st: s.dummy(5, 0), 'batch_size must be an integer in [0, 4], got 5'),
+    (lambda s, st: s.dummy(2.0, 0), 'batch_size must be an integer, got 2.0'),
+    (lambda s, st: s.dummy(1, 2.5), 'total_tokens must be an integer, got 2.5'),
+    (lambda s, st: s([3, 1, 3], 1), 'req_pool_indices holds pool row 3 twice (requests 0 and 2)'),
+    (lambda s, st: s((2, 2), 1), 'req_pool_indices holds pool row 2 twice (requests 0 and 1)'),
+    (lambda s, st: s(np.array([1, 4, 1]), 1), 'req_pool_indices holds pool row 1 twice'),
+    (lambda s, st: s([1, 2], 1.0), 'uniform_input_length must be an integer, got 1.0'),
+    (lambda s, st: s([1, 2], True), 'uniform_input_length must be an integer, got True'),
+    (lambda s, st: s([1.0, 2.0], 1), 'req_pool_indices must hold int32 integers'),
+    (lambda s, st: s(np.array([1.0, 2.0]), 1), 'req_pool_indices must hold integers, got dtype float64'),
+    (lambda s, st: s(torch.tensor([1.0, 2.0]), 1), 'req_pool_indices must hold integers, got dtype torch.float32'),
+    (lambda s, st: s({1, 2}, 1), 'req_pool_indices must be a list, tuple, numpy array or CPU tensor'),
+    (lambda s, st: s(3, 1), 'req_pool_indices must be a list, tuple, numpy array or CPU tensor of integers, got int'),
+    (lambda s, st: s(np.array([[1, 2]]), 1), 'req_pool_indices must be 1-D, got shape (1, 2)'),
+    (lambda s, st: s([1, 2], 1, np.array([5, 6.5])), 'decode_input_ids must hold integers, got dtype float64'),
+    (lambda s, st: s([1, 2], 1, [5, 6.5]), 'decode_input_ids must hold int32 integers'),
+    (lambda s, st: s.bind(st[0], st[1].short(), st[2], 100, st[3]), 'future_input_map must be int32 or int64'),
+    (lambda s, st: s.bind(st[0], st[1], st[2], 100.0, st[3]), 'vocab_size must be an integer, got 100.0'),
+    (lambda s, st: s.dummy(1, 7), 'total_tokens must be an integer in [0, 6], got 7'),
     (lambda s, st: s.bind(st[0], st[1], st[2], 1, st[3]), 'vocab_size must be an integer >= 2'),
     (lambda s, st: s.bind(st[0][:5], st[1], st[2], 100, st[3]), 'one entry per pool row'),
     (lambda s, st: s.bind(st[0], st[1], st[2].int(), 100, st[3]), 'remote_spec_candidate_ready must be a 1-D torch.bool'),
@@ -254,6 +300,24 @@ def test_bad_step_input_touches_nothing(call, msg):
     (lambda: FusedDecodeStep.create(2, 4, 4, device=DEV)([1], 1), 'bind the step'),
     (lambda: FusedDecodeStep(PaddedBuffers(2, 4, 0, 0, device=DEV), 4), 'buffers.scratch has 0 int32'),
     (lambda: FusedDecodeStep.create(2, 4, 0, device=DEV), 'page_size must be a positive integer'),
+    (lambda: FusedDecodeStep.create(2, 4, 4.0, device=DEV), 'page_size must be a positive integer, got 4.0'),
+    (lambda: fused_decode_input_prep(*[torch.empty(4, dtype=torch.int16, device=DEV)] * 3,
+                                     torch.zeros(2, dtype=torch.int64, device=DEV),
+                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
+                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
+     'out_cache_loc must be int32 or int64, got torch.int16'),
+    (lambda: fused_decode_input_prep(*[torch.empty(4, dtype=torch.int32, device=DEV)] * 3,
+                                     torch.zeros(2, dtype=torch.int64, device=DEV),
+                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
+                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
+     'positions must be int64, got torch.int32'),
+    (lambda: fused_decode_input_prep(torch.empty(4, dtype=torch.int32, device=DEV),
+                                     torch.empty(4, dtype=torch.int64, device=DEV),
+                                     torch.empty(2, dtype=torch.uint8, device=DEV),
+                                     torch.zeros(2, dtype=torch.int64, device=DEV),
+                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
+                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
+     'seq_lens_out must be int32 or int64, got torch.uint8'),
     (lambda: fused_decode_input_prep(*[torch.empty(2, dtype=torch.int32, device=DEV)] * 3,
                                      torch.zeros(2, dtype=torch.int64, device=DEV),
                                      torch.zeros(2, dtype=torch.int32, device=DEV), 2,
@@ -262,3 +326,19 @@ def test_bad_step_input_touches_nothing(call, msg):
 def test_bad_construction(call, msg):
     with pytest.raises(ValueError, match=msg):
         call()
+
+
+def test_debug_mode_names_the_request():
+    step, (vcl, fim, ready, table) = _setup()
+    vcl[4] = -2
+    step([1, 4], 1)                          # off: memory-safe and silent
+    with device_value_checks():
+        with pytest.raises(ValueError, match=r'request 1: valid_cache_lengths\[4\] = -2, must be >= 0'):
+            step([1, 4], 1)
+        step([1, 2], 1)                      # good values pass
+        o = [torch.empty(2, dtype=torch.int32, device=DEV), torch.empty(2, dtype=torch.int64, device=DEV),
+             torch.empty(2, dtype=torch.int32, device=DEV)]
+        with pytest.raises(ValueError, match='requests 0 and 1 share pool row 3'):
+            fused_decode_input_prep(*o, torch.tensor([3, 3], device=DEV), vcl, 1, table, 4)
+        with pytest.raises(ValueError, match=r'request 0: req_pool_indices\[0\] = 6, must be in \[0, 6\)'):
+            fused_decode_input_prep(*o, torch.tensor([6, 3], device=DEV), vcl, 1, table, 4)

@@ -3,6 +3,7 @@ layout and dtype, pages no pair names stay untouched, accounting, layer lookups,
 `ValueError` before any byte moves."""
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -161,7 +162,8 @@ def test_events_one_per_tensor_in_groups(pool, transport, groups):
     assert all(e.query() for e in evs)
 
 
-BAD = ['device_high', 'device_negative', 'host_high', 'host_negative', 'duplicate_destination']
+BAD = ['device_high', 'device_negative', 'host_high', 'host_negative', 'duplicate_destination',
+       'flat', 'single', 'triple', 'float', 'none']      # malformed pairs: named, never numpy's or Python's error
 
 
 @given(any_pool, st.sampled_from(BAD), st.booleans(), st.sampled_from(TRANSPORTS), st.data())
@@ -170,7 +172,8 @@ def test_bad_pairs_raise_before_any_byte_moves(pool, kind, store, transport, dat
     pairs = data.draw(pair_sets(m))
     D, H = m.num_device_pages, m.num_host_pages
     bad = {'device_high': (data.draw(st.integers(D, D + 5)), 0), 'device_negative': (data.draw(st.integers(-5, -1)), 0),
-           'host_high': (0, data.draw(st.integers(H, H + 5))), 'host_negative': (0, data.draw(st.integers(-5, -1)))}
+           'host_high': (0, data.draw(st.integers(H, H + 5))), 'host_negative': (0, data.draw(st.integers(-5, -1))),
+           'flat': 0, 'single': (0,), 'triple': (0, 0, 0), 'float': (0.5, 0), 'none': (None, 0)}
     if kind == 'duplicate_destination':
         pairs = pairs or [(0, 0)]
         d, h = pairs[0]
@@ -195,3 +198,20 @@ def test_device_tensor_pairs_are_refused():
     if HAS_ACCEL:
         with pytest.raises(ValueError, match='on the host'): m.store_pages(torch.tensor([[1, 0]], device=DEV))
     with pytest.raises(ValueError, match='integer dtype'): m.store_pages([(1.5, 0)])
+
+
+@pytest.mark.parametrize('pairs, msg', [
+    ([1, 2], 'got pairs[0] = 1'),
+    ([(1, 0), (2,)], 'got pairs[1] = (2,)'),
+    ([(1, 0), (2, 1, 0)], 'got pairs[1] = (2, 1, 0)'),
+    (5, 'pairs must be an iterable of (device_page, host_page) pairs, got int'),
+    ([(1, 'a')], 'pairs must have an integer dtype'),
+    (np.array([1, 0]), 'got shape (2,)'),
+    (torch.tensor([[1.0, 0.0]]), 'pairs must have an integer dtype'),
+])
+def test_malformed_pairs_are_named(pairs, msg):
+    m = FlatHostMirror(PagedKVPool(3, 2, 1, 1, 2, device=DEV), 2)
+    for call in (m.store_pages, m.load_pages, m.load_pages_with_events):
+        with pytest.raises(ValueError) as e:
+            call(pairs)
+        assert msg in str(e.value)

@@ -2,12 +2,15 @@
 plain-torch `fill_input_buffers_ref` on random sequences of prefill, mixed, decode and empty steps (verify widths 1-4,
 overrides, ids outside the vocabulary, null pages, Mamba indices), starting each step from poisoned buffers; a big
 step followed by a small one leaves every tail at its padding value; dummy decode; every bad input raises
-`ValueError` and leaves the buffers and the runtime state untouched; the padding module's rules."""
+`ValueError` and leaves the buffers and the runtime state untouched; the padding module's rules. Bad values too:
+negative cached lengths (device values), page sizes that are not powers of two, lists given as tuples, numpy arrays or
+CPU tensors; duplicate pool rows, stray prefill lists, Mamba lists without Mamba buffers, floats are refused."""
+import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device, synchronize
+from tokenspeed_lit.core import default_device, synchronize, device_value_checks
 from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
 from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
                                     dummy_decode_seq_len, clamp_token_ids_)
@@ -15,12 +18,16 @@ from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, rese
 DEV = default_device()
 POISON = -77
 MAMBA = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
+KERNEL = settings(max_examples=max(80, settings.default.max_examples))   # the fill property: more than CI's 40
+FORMS = (list, tuple, lambda v: np.array(v, dtype=np.int64), lambda v: torch.tensor(v, dtype=torch.int64))
 
 
-def make_states(seed, pool_rows, W, vocab, cols=6, page_size=4):
+def make_states(seed, pool_rows, W, vocab, cols=6, page_size=4, bad_cache=False):
     g = torch.Generator().manual_seed(seed)
     rs = RuntimeStates(pool_rows - 1, vocab, W, device=DEV)
     rs.valid_cache_lengths.copy_(torch.randint(0, cols * page_size + 3, (pool_rows,), generator=g, dtype=torch.int32))
+    if bad_cache:   # negative cached lengths (device values): defined, memory-safe, equal to the reference
+        rs.valid_cache_lengths[torch.rand(pool_rows, generator=g) < 0.3] = -2
     rs.future_input_map.copy_(torch.randint(-3, vocab + 5, (pool_rows, W), generator=g, dtype=torch.int32))
     rs.remote_spec_candidate_ready.copy_(torch.rand(pool_rows, generator=g) < 0.5)
     table = torch.randint(1, 400, (pool_rows, cols), generator=g, dtype=torch.int32)
@@ -48,8 +55,12 @@ def forward_ops(draw, max_bs, max_tok, W, pool_rows, vocab, has_mamba):
     ovr = draw(st.none() | st.lists(st.just(-1) | st.integers(-3, vocab + 9), min_size=B - ne, max_size=B - ne))
     mamba = {f: draw(st.lists(st.integers(-1, 40), min_size=B, max_size=B)) for f in MAMBA} \
         if has_mamba and draw(st.booleans()) else {}
-    op = ForwardOp(list(range(B)), pools, plens + [W] * (B - ne), ids, shifted, prefix, full, ovr, **mamba)
-    return op, P + (B - ne) * W
+    form = draw(st.sampled_from(FORMS))   # every accepted form of the op's lists
+    f = lambda v: v if v is None else form(v)
+    op = ForwardOp(list(range(B)), f(pools), f(plens + [W] * (B - ne)), f(ids), f(shifted), f(prefix), f(full), f(ovr),
+                   **{k: f(v) for k, v in mamba.items()})
+    ref_op = ForwardOp(list(range(B)), pools, plens + [W] * (B - ne), ids, shifted, prefix, full, ovr, **mamba)
+    return op, ref_op, P + (B - ne) * W
 
 
 @st.composite
@@ -61,25 +72,27 @@ def fill_cases(draw):
     pool_rows = max_bs + draw(st.integers(1, 5))
     vocab = draw(st.integers(2, 50))
     ops = draw(st.lists(forward_ops(max_bs, max_tok, W, pool_rows, vocab, has_mamba), min_size=1, max_size=4))
-    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, draw(st.integers(0, 2**31 - 1))
+    page_size, bad_cache = draw(st.sampled_from([1, 3, 4, 5])), draw(st.booleans())
+    return max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, page_size, bad_cache, draw(st.integers(0, 2**31 - 1))
 
 
 def state_of(rs):
     return rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready
 
 
+@KERNEL
 @given(fill_cases())
 def test_fill_matches_reference(case):
-    max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, seed = case
-    rs, table = make_states(seed, pool_rows, W, vocab)
-    ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV,
-                      has_mamba=has_mamba)
-    for op, total in ops:
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, page_size, bad_cache, seed = case
+    rs, table = make_states(seed, pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
+    ib = InputBuffers(max_bs, max_tok, page_size, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1,
+                      device=DEV, has_mamba=has_mamba)
+    for op_in, op, total in ops:
         ib.poison_(POISON)   # the device staging area too: a step must copy everything its kernels read
         before = {k: v.cpu() for k, v in ib.snapshot().items()}
         want, want_state = fill_input_buffers_ref(before, ib.values, op, *[t.cpu() for t in state_of(rs)], vocab,
-                                                  table.cpu(), total, 4)
-        got = ib.fill_input_buffers(op, rs, table, total)
+                                                  table.cpu(), total, page_size)
+        got = ib.fill_input_buffers(op_in, rs, table, total)
         synchronize(DEV)
         ovr = op.decode_input_ids
         assert got == (None if ovr is None or all(x == -1 for x in ovr) else ovr)
@@ -172,7 +185,30 @@ _BAD = [
     (lambda: (_mixed(shifted_input_ids=[5, 6, 7, 8]), 5), 'shifted_input_ids has 4 entries, 3 expected'),
     (lambda: (_mixed(prefill_lengths=[]), 5), 'prefill_lengths has 0 entries, 1 expected'),
     (lambda: (_mixed(extend_prefix_lens=[0, 0, 0]), 5), '3 extend rows'),
-    (lambda: (_mixed(extend_prefix_lens=[-1]), 5), 'must be >= 0'),
+    (lambda: (_mixed(extend_prefix_lens=[-1]), 5), 'extend_prefix_lens[0] = -1: a prefix length cannot be negative'),
+    (lambda: (_mixed(input_lengths=[-1, 2], input_ids=[], shifted_input_ids=[]), 1),
+     'input_lengths[0] = -1: a prefill row cannot have a negative length'),
+    (lambda: (_mixed(input_lengths=[-1, 2]), 1), 'input_lengths[0] = -1'),
+    (lambda: (_dec([3, 3]), 4), 'request_pool_indices holds pool row 3 twice (requests 0 and 1)'),
+    (lambda: (_mixed(request_pool_indices=[2, 2]), 5), 'request_pool_indices holds pool row 2 twice'),
+    (lambda: (_dec([1, 2], input_ids=[5, 6]), 4), 'input_ids has 2 entries, but the step has no prefill row'),
+    (lambda: (_dec([1, 2], shifted_input_ids=[5]), 4), 'shifted_input_ids has 1 entries, but the step has no prefill'),
+    (lambda: (_dec([1, 2], prefill_lengths=[9]), 4), 'prefill_lengths has 1 entries, but the step has no prefill row'),
+    (lambda: (_dec([1, 2], mamba_pool_indices=[1, 2]), 4),
+     'mamba_pool_indices given, but the buffers have no Mamba buffers'),
+    (lambda: (_mixed(mamba_track_pool_indices=[1, 2]), 5), 'mamba_track_pool_indices given, but the buffers have no'),
+    (lambda: (_dec([1, 2]), 4.0), 'total_tokens must be an integer, got 4.0'),
+    (lambda: (_dec([1, 2]), True), 'total_tokens must be an integer, got True'),
+    (lambda: (_dec(np.array([1.0, 2.0])), 4), 'request_pool_indices must hold integers, got dtype float64'),
+    (lambda: (_dec({1, 2}), 4), 'request_pool_indices must be a list, tuple, numpy array or CPU tensor'),
+    (lambda: (ForwardOp([0, 1], [1, 2], np.array([2.0, 2.0])), 4), 'input_lengths must hold integers'),
+    (lambda: (_dec([1, 2], decode_input_ids=np.array([[1, 2]])), 4), 'decode_input_ids must be 1-D'),
+    (lambda: (_mixed(input_ids=np.array([5.0, 6.0, 7.0])), 5), 'input_ids must hold integers, got dtype float64'),
+    (lambda: (_mixed(input_ids=[5, 6.5, 7]), 5), 'input_ids must hold int32 integers'),
+    (lambda: (_mixed(input_lengths=[2.5, 2], input_ids=[5, 6], shifted_input_ids=[6, 7]), 4.5),
+     'total_tokens must be an integer, got 4.5'),
+    (lambda: (_mixed(input_lengths=[2.5, 2.0]), 5), 'input_lengths must hold integers, got [2.5, 2.0]'),
+    (lambda: (ForwardOp(3, [1], [2]), 2), 'request_ids must be a sequence, got int'),
     (lambda: (_mixed(input_ids=[5, 2**33, 7]), 5), 'input_ids must hold int32 integers'),
 ]
 
@@ -195,13 +231,38 @@ def test_bad_input_touches_nothing(make, msg):
         assert torch.equal(a, b)
 
 
-def test_mamba_lists_checked():
+@pytest.mark.parametrize('kw', [
+    dict(mamba_pool_indices=[1, 2], mamba_cow_src_indices=[1], mamba_branching_seqlens=[1, 2],
+         mamba_track_pool_indices=[1, 2]),
+    dict(mamba_cow_src_indices=[1, 2]),                        # one list given, three missing: not silently dropped
+    dict(mamba_pool_indices=[], mamba_cow_src_indices=[], mamba_branching_seqlens=[], mamba_track_pool_indices=[]),
+])
+def test_mamba_lists_checked(kw):
     rs, table = make_states(8, 9, 1, 100)
     ib = InputBuffers(4, 8, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV, has_mamba=True)
-    op = ForwardOp([0, 1], [1, 2], [1, 1], mamba_pool_indices=[1, 2], mamba_cow_src_indices=[1],
-                   mamba_branching_seqlens=[1, 2], mamba_track_pool_indices=[1, 2])
     with pytest.raises(ValueError, match='four Mamba index lists'):
-        ib.fill_input_buffers(op, rs, table, 2)
+        ib.fill_input_buffers(ForwardOp([0, 1], [1, 2], [1, 1], **kw), rs, table, 2)
+
+
+def test_empty_mamba_lists_without_mamba_buffers_carry_nothing():
+    rs, table = make_states(8, 9, 1, 100)
+    ib = InputBuffers(4, 8, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+    ib.fill_input_buffers(ForwardOp([0], [1], [1], mamba_pool_indices=[]), rs, table, 1)
+
+
+def test_debug_mode_names_the_request():
+    rs, table = make_states(9, 9, 2, 100)
+    ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+    rs.valid_cache_lengths[4] = -1
+    ops = [(_dec([1, 4]), 4), (_mixed(request_pool_indices=[4, 2]), 5)]
+    for op, total in ops:
+        ib.fill_input_buffers(op, rs, table, total)      # off: memory-safe and silent
+    with device_value_checks():
+        for op, total in ops:
+            with pytest.raises(ValueError) as e:
+                ib.fill_input_buffers(op, rs, table, total)
+            assert 'valid_cache_lengths[4] = -1, must be >= 0' in str(e.value)
+        ib.fill_input_buffers(_dec([1, 2]), rs, table, 4)   # good values pass
 
 
 @pytest.mark.parametrize('call, msg', [
@@ -211,7 +272,10 @@ def test_mamba_lists_checked():
     (lambda: RuntimeStates(0, 100), 'req_pool_size must be a positive integer'),
     (lambda: RuntimeStates(4, 1), 'vocab_size must be an integer >= 2'),
     (lambda: RuntimeStates(4, 100, 0), 'output_length must be a positive integer'),
-    (lambda: InputBuffers(4, 16, 4, 0, 8).fill_dummy_decode_buffers(5, 1), 'batch_size must be in [0, 4]'),
+    (lambda: InputBuffers(4, 16, 4, 0, 8).fill_dummy_decode_buffers(5, 1), 'batch_size must be an integer in [0, 4]'),
+    (lambda: InputBuffers(4, 16, 4, 0, 8).fill_dummy_decode_buffers(2.0, 1), 'batch_size must be an integer, got 2.0'),
+    (lambda: InputBuffers(4, 16, 4.0, 0, 8), 'page_size must be a positive integer, got 4.0'),
+    (lambda: RuntimeStates(4, 100.0), 'vocab_size must be an integer, got 100.0'),
 ])
 def test_bad_construction(call, msg):
     with pytest.raises(ValueError) as e:

@@ -1,25 +1,62 @@
-"""Property tests: the Triton kernels of `tokenspeed_lit.positions` equal their plain-torch references exactly,
-on random batches including empty ones, overflow past the page table, null pages and bad pool rows, and never
-write past the end of the active region (outputs are poisoned first)."""
+"""Property tests: the Triton kernels of `tokenspeed_lit.positions` equal their plain-torch references exactly, on
+random batches including empty ones, overflow past the page table, null pages and bad pool rows, and on bad device
+values too (negative and huge lengths, `total_tokens` above and below the lengths' sum, negative cache starts, pool
+rows outside the table, non-power-of-two page sizes). Every output sits inside a larger poisoned buffer: the guard
+bands on both sides must stay untouched. Bad host input (narrow dtypes, floats, bad shapes) is refused naming the
+argument, and the debug mode refuses bad device values naming the request."""
+import time
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device
+from tokenspeed_lit.core import default_device, device_value_checks
 from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
                                       compute_out_cache_loc_sliding, kv_slot_ref)
 
 DEV = default_device()
 POISON = -12345
+GUARD = 6
+KERNEL = settings(max_examples=max(150, settings.default.max_examples))   # kernel properties: more than CI's 40
+MAX_TOTAL = 700                      # tokens per call: the interpreter runs ~1 ms per program
+
+
+def guarded(n, dtype):
+    "A poisoned buffer with `GUARD` elements on each side of an `n`-element output; returns (buffer, output)."
+    buf = torch.full((n + 2 * GUARD,), POISON, dtype=dtype, device=DEV)
+    return buf, buf[GUARD:GUARD + n]
+
+
+def assert_guards(buf):
+    assert (buf[:GUARD] == POISON).all(), 'wrote before the output'
+    assert (buf[-GUARD:] == POISON).all(), 'wrote past the output'
+
+
+LENGTH = st.integers(0, 48)
+BAD_LENGTH = st.integers(-2**31, -1) | st.sampled_from([-1, 10**6, 2**31 - 1, 2**40])
 
 
 @st.composite
-def ragged_batches(draw, max_batch=150, max_len=48):
+def ragged_batches(draw, max_batch=150, length=LENGTH, bad=True):
+    "(prefix, lens, dtype) with lengths that are sometimes negative or huge (dtype int32 clips them to int32)."
     batch = draw(st.sampled_from([0, 1]) | st.integers(0, max_batch))
-    lens = draw(st.lists(st.integers(0, max_len), min_size=batch, max_size=batch))
+    dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    lens = draw(st.lists(length | BAD_LENGTH if bad and draw(st.booleans()) else length, min_size=batch,
+                         max_size=batch))
     prefix = draw(st.lists(st.integers(0, 5000), min_size=batch, max_size=batch))
-    return torch.tensor(prefix, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32)
+    lim = torch.iinfo(dtype)
+    lens = [min(max(x, lim.min), lim.max) for x in lens]
+    return torch.tensor(prefix, dtype=dtype), torch.tensor(lens, dtype=dtype)
+
+
+@st.composite
+def totals(draw, lens):
+    "`total_tokens` equal to, below or above the sum of the clamped lengths (never more than MAX_TOTAL)."
+    covered = int(lens.long().clamp(0, MAX_TOTAL).sum().clamp(max=MAX_TOTAL))
+    how = draw(st.sampled_from(['sum', 'below', 'above']))
+    if how == 'below': return draw(st.integers(0, covered))
+    if how == 'above': return min(covered + draw(st.integers(1, 40)), MAX_TOTAL)
+    return covered
 
 
 @st.composite
@@ -33,67 +70,80 @@ def page_tables(draw, max_rows=12, max_cols=8):
     return table
 
 
-@given(ragged_batches(), st.integers(0, 9), st.sampled_from([torch.int32, torch.int64]))
-def test_positions_match_reference(batch, slack, dtype):
+PAGE_SIZES = st.sampled_from([1, 2, 3, 4, 5, 16])
+
+
+@KERNEL
+@given(ragged_batches(), st.data())
+def test_positions_match_reference(batch, data):
     prefix, lens = batch
-    total = int(lens.sum())
-    out = torch.full((total + slack,), POISON, dtype=torch.int64, device=DEV)
-    pos, start = compute_positions(prefix.to(dtype).to(DEV), lens.to(dtype).to(DEV), total, out=out)
-    ref_pos, ref_start = compute_positions_ref(prefix, lens)
+    total = data.draw(totals(lens))
+    buf, out = guarded(total, torch.int64)
+    pos, start = compute_positions(prefix.to(DEV), lens.to(DEV), total, out=out)
+    ref_pos, ref_start = compute_positions_ref(prefix, lens, total)
     assert torch.equal(pos.cpu(), ref_pos)
     assert torch.equal(start.cpu(), ref_start)
-    assert (out[total:] == POISON).all(), 'wrote past total_tokens'
+    assert_guards(buf)
 
 
-@given(ragged_batches(max_batch=40), st.data())
-def test_positions_truncated_total_never_overruns(batch, data):
+@given(ragged_batches(max_batch=30, bad=False))
+def test_positions_without_total_equal_reference(batch):
     prefix, lens = batch
     total = int(lens.sum())
-    cut = data.draw(st.integers(0, total))
-    out = torch.full((total + 3,), POISON, dtype=torch.int64, device=DEV)
-    compute_positions(prefix.to(DEV), lens.to(DEV), cut, out=out)
-    ref_pos, _ = compute_positions_ref(prefix, lens)
-    assert torch.equal(out[:cut].cpu(), ref_pos[:cut])
-    assert (out[cut:] == POISON).all()
+    pos, start = compute_positions(prefix.to(DEV), lens.to(DEV), total)          # allocates its output
+    ref_pos, ref_start = compute_positions_ref(prefix, lens)
+    assert torch.equal(pos.cpu(), ref_pos) and torch.equal(start.cpu(), ref_start)
+    assert pos.dtype == torch.int64 and start.dtype == torch.int32
 
 
-@given(ragged_batches(max_batch=80, max_len=20), page_tables(), st.sampled_from([1, 2, 4, 16]),
-       st.integers(0, 3), st.data())
+def test_positions_work_is_bounded_by_total_tokens():
+    t0 = time.perf_counter()
+    pos, start = compute_positions(torch.tensor([7, 0], device=DEV), torch.tensor([10**9, 2**31 - 1], device=DEV), 4)
+    assert time.perf_counter() - t0 < 5, 'the token loop followed the lengths, not total_tokens'
+    assert pos.tolist() == [7, 8, 9, 10] and start.tolist() == [0, 4]
+
+
+@KERNEL
+@given(ragged_batches(max_batch=80, length=st.integers(0, 20)), page_tables(), PAGE_SIZES, st.integers(0, 3),
+       st.data())
 def test_out_cache_loc_match_reference(batch, table, page_size, dummy, data):
     _, lens = batch
     b = len(lens)
     rows, cols = table.shape
-    # pool rows mostly valid, sometimes out of range; cache starts that sometimes overflow the table
+    total = data.draw(totals(lens))
+    # pool rows mostly valid, sometimes out of range; cache starts sometimes negative or past the table
     pool = torch.tensor(data.draw(st.lists(st.integers(-1, rows), min_size=b, max_size=b)), dtype=torch.int64)
-    start = torch.tensor(data.draw(st.lists(st.integers(0, cols * page_size + 4), min_size=b, max_size=b)),
+    start = torch.tensor(data.draw(st.lists(st.integers(-3, cols * page_size + 4), min_size=b, max_size=b)),
                          dtype=torch.int32)
-    total = int(lens.sum())
-    out = torch.full((total + 5,), POISON, dtype=torch.int32, device=DEV)
-    compute_out_cache_loc(out[:total], pool.to(DEV), lens.to(DEV), start.to(DEV), table.to(DEV), page_size, dummy)
-    ref = compute_out_cache_loc_ref(pool, lens, start, table, page_size, dummy)
-    assert torch.equal(out[:total].cpu().long(), ref)
-    assert (out[total:] == POISON).all()
+    dtype = data.draw(st.sampled_from([torch.int32, torch.int64]))
+    buf, out = guarded(total, dtype)
+    compute_out_cache_loc(out, pool.to(DEV), lens.to(DEV), start.to(DEV), table.to(DEV), page_size, dummy)
+    ref = compute_out_cache_loc_ref(pool, lens, start, table, page_size, dummy, total_tokens=total)
+    assert torch.equal(out.cpu().long(), ref)
+    assert_guards(buf)
     # every slot is the dummy or inside a page the row really owns
-    owner = torch.repeat_interleave(torch.arange(b), lens.long())
-    for slot, row in zip(out[:total].cpu().tolist(), owner.tolist()):
+    owner = torch.repeat_interleave(torch.arange(b), lens.long().clamp(0, MAX_TOTAL))[:total]
+    for slot, row in zip(out.cpu().tolist(), owner.tolist()):
         if slot != dummy:
             assert slot // page_size in table[pool[row]].tolist()
 
 
 @pytest.mark.parametrize('fn, sliding', [(compute_out_cache_loc_uniform, False), (compute_out_cache_loc_sliding, True)])
+@KERNEL
 @given(batch=st.sampled_from([0, 1]) | st.integers(0, 70), width=st.integers(0, 4), table=page_tables(),
-       page_size=st.sampled_from([1, 2, 4, 16]), data=st.data())
+       page_size=PAGE_SIZES, data=st.data())
 def test_uniform_and_sliding_match_reference(fn, sliding, batch, width, table, page_size, data):
     rows, cols = table.shape
-    pool = torch.tensor(data.draw(st.lists(st.integers(0, rows - 1), min_size=batch, max_size=batch)), dtype=torch.int64)
-    start = torch.tensor(data.draw(st.lists(st.integers(0, 3 * cols * page_size), min_size=batch, max_size=batch)),
+    pool = torch.tensor(data.draw(st.lists(st.integers(-2, rows + 1), min_size=batch, max_size=batch)),
+                        dtype=torch.int64)
+    start = torch.tensor(data.draw(st.lists(st.integers(-3, 3 * cols * page_size), min_size=batch, max_size=batch)),
                          dtype=torch.int64)
-    out = torch.full((batch * width + 4,), POISON, dtype=torch.int64, device=DEV)
+    buf, out = guarded(batch * width, data.draw(st.sampled_from([torch.int32, torch.int64])))
     fn(out, pool.to(DEV), width, start.to(DEV), table.to(DEV), page_size, dummy_slot=7)
     pos = start[:, None] + torch.arange(width)[None, :]
     ref = kv_slot_ref(table, pool[:, None].expand(-1, width), pos, page_size, 7, sliding=sliding).flatten()
-    assert torch.equal(out[:batch * width].cpu(), ref)
-    assert (out[batch * width:] == POISON).all()
+    assert torch.equal(out.cpu().long(), ref)
+    assert_guards(buf)
 
 
 def test_uniform_equals_ragged_with_equal_lengths():
@@ -109,8 +159,25 @@ def test_uniform_equals_ragged_with_equal_lengths():
         assert torch.equal(a, b)
 
 
+def test_no_request_writes_only_padding():
+    buf, out = guarded(5, torch.int64)
+    pos, start = compute_positions(torch.zeros(0, dtype=torch.int32, device=DEV),
+                                   torch.zeros(0, dtype=torch.int32, device=DEV), 5, out=out)
+    assert pos.tolist() == [0] * 5 and start.numel() == 0
+    assert_guards(buf)
+    buf, out = guarded(4, torch.int32)
+    z = torch.zeros(0, dtype=torch.int64, device=DEV)
+    compute_out_cache_loc(out, z, z, z, torch.ones(2, 2, dtype=torch.int32, device=DEV), 4, dummy_slot=9)
+    assert out.tolist() == [9] * 4
+    assert_guards(buf)
+
+
 def _i(*v):
     return torch.tensor(v, dtype=torch.int32, device=DEV)
+
+
+def _t(*v):
+    return _i(*v).view(1, -1)
 
 
 @pytest.mark.parametrize('call, msg', [
@@ -118,16 +185,74 @@ def _i(*v):
     (lambda: compute_positions(_i(1), _i(4), 4, out=torch.empty(3, dtype=torch.int64, device=DEV)), 'out has 3'),
     (lambda: compute_positions(_i(1), torch.ones(1, device=DEV), 1), 'extend_seq_lens must have an integer dtype'),
     (lambda: compute_positions(_i(1).float(), _i(1), 1), 'extend_prefix_lens must have an integer dtype'),
-    (lambda: compute_positions(_i(1), _i(1), 1.5), 'total_tokens'),
-    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _i(1, 2).view(1, 2), -4), 'page_size'),
-    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0, 0), _i(1, 2).view(1, 2), 4), 'lengths disagree'),
+    (lambda: compute_positions(_i(1), _i(1), 1.5), 'total_tokens must be an integer, got 1.5'),
+    (lambda: compute_positions(_i(1), _i(1), True), 'total_tokens must be an integer, got True'),
+    (lambda: compute_positions(_i(1), _i(1), -2), 'total_tokens must be an integer in [0, '),
+    (lambda: compute_positions(_i(1), _i(1), 1, out=torch.empty(1, dtype=torch.int32, device=DEV)),
+     'out must be int64, got torch.int32'),
+    (lambda: compute_positions(_i(1), _i(1), 1, out=torch.empty(1, dtype=torch.int16, device=DEV)),
+     'out must be int64, got torch.int16'),
+    (lambda: compute_positions(_i(1), _i(1), 2, out=torch.empty(4, dtype=torch.int64, device=DEV)[::2]),
+     'out must be contiguous'),
+    (lambda: compute_positions(_i(1), _i(1), 1, out=torch.empty(1, 1, dtype=torch.int64, device=DEV)),
+     'out must have 1 dimension'),
+    (lambda: compute_positions(_i(1), [1], 1), 'extend_seq_lens must be a torch.Tensor, got list'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2), -4), 'page_size'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2), 2.0), 'page_size must be a positive integer'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0, 0), _t(1, 2), 4), 'lengths disagree'),
     (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _i(1, 2), 4), 'req_to_page must have 2'),
-    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _i(1, 2).view(1, 2)[:, :0], 4), 'at least one'),
-    (lambda: compute_out_cache_loc(_i(0, 0).float(), _i(1), _i(2), _i(0), _i(1, 2).view(1, 2), 4), 'out_cache_loc'),
-    (lambda: compute_out_cache_loc_uniform(_i(0), _i(1, 1), 1, _i(0, 0), _i(1, 2).view(1, 2), 4), 'out_cache_loc has 1'),
-    (lambda: compute_out_cache_loc_uniform(_i(0), _i(1), -1, _i(0), _i(1, 2).view(1, 2), 4), 'uniform_input_length'),
-    (lambda: compute_out_cache_loc_sliding(_i(0), _i(1), 1, _i(0), _i(1, 2).view(1, 2), 0), 'page_size'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2)[:, :0], 4), 'at least one'),
+    (lambda: compute_out_cache_loc(_i(0, 0).float(), _i(1), _i(2), _i(0), _t(1, 2), 4), 'out_cache_loc'),
+    (lambda: compute_out_cache_loc(_i(0, 0).to(torch.int16), _i(1), _i(2), _i(0), _t(1, 2), 4),
+     'out_cache_loc must be int32 or int64, got torch.int16'),
+    (lambda: compute_out_cache_loc(_i(0, 0).to(torch.uint8), _i(1), _i(2), _i(0), _t(1, 2), 4),
+     'out_cache_loc must be int32 or int64, got torch.uint8'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2), 4, dummy_slot=2**31),
+     'dummy_slot must be an integer in [-2147483648, 2147483647], got 2147483648'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2), 4, dummy_slot=0.5), 'dummy_slot'),
+    (lambda: compute_out_cache_loc_uniform(_i(0), _i(1, 1), 1, _i(0, 0), _t(1, 2), 4), 'out_cache_loc has 1'),
+    (lambda: compute_out_cache_loc_uniform(_i(0), _i(1), -1, _i(0), _t(1, 2), 4), 'uniform_input_length'),
+    (lambda: compute_out_cache_loc_uniform(_i(0).to(torch.int8), _i(1), 1, _i(0), _t(1, 2), 4),
+     'out_cache_loc must be int32 or int64, got torch.int8'),
+    (lambda: compute_out_cache_loc_sliding(_i(0), _i(1), 1, _i(0), _t(1, 2), 0), 'page_size'),
+    (lambda: compute_out_cache_loc_sliding(_i(0), _i(1), 1.0, _i(0), _t(1, 2), 4),
+     'uniform_input_length must be an integer, got 1.0'),
 ])
 def test_bad_input_names_the_argument(call, msg):
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(ValueError) as e:
         call()
+    assert msg in str(e.value)
+
+
+@pytest.mark.parametrize('call, msg', [
+    (lambda: compute_positions(_i(0, 0), _i(2, -1), 2), 'request 1: extend_seq_lens[1] = -1, must be >= 0'),
+    (lambda: compute_positions(_i(-4, 0), _i(2, 1), 3), 'request 0: extend_prefix_lens[0] = -4, must be >= 0'),
+    (lambda: compute_positions(_i(0, 0), _i(2, 3), 4), 'extend_seq_lens add up to 5 tokens, more than total_tokens=4'),
+    (lambda: compute_out_cache_loc(_i(0, 0, 0), _i(1, 1), _i(2, 1), _i(0, 0), _t(1, 2, 3).expand(2, 3), 4),
+     'requests 0 and 1 share pool row 1'),
+    (lambda: compute_out_cache_loc(_i(0, 0, 0), _i(0, 2), _i(2, 1), _i(0, 0), _t(1, 2).expand(2, 2), 4),
+     'request 1: req_pool_indices[1] = 2, must be in [0, 2)'),
+    (lambda: compute_out_cache_loc(_i(0, 0, 0), _i(0, 1), _i(2, 1), _i(0, -8), _t(1, 2).expand(2, 2), 4),
+     'request 1: cache_start[1] = -8, must be >= 0'),
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(0, 1), _i(2, 1), _i(0, 0), _t(1, 2).expand(2, 2), 4),
+     'input_lengths add up to 3 tokens, more than out_cache_loc.numel()=2'),
+    (lambda: compute_out_cache_loc_uniform(_i(0, 0), _i(1, 1), 1, _i(0, 0), _t(1, 2).expand(2, 2), 4),
+     'requests 0 and 1 share pool row 1'),
+    (lambda: compute_out_cache_loc_sliding(_i(0, 0), _i(1, 0), 1, _i(0, -1), _t(1, 2).expand(2, 2), 4),
+     'request 1: cache_start[1] = -1'),
+])
+def test_debug_mode_names_the_request(call, msg):
+    call()                                   # off: memory-safe, defined, silent
+    with device_value_checks():
+        with pytest.raises(ValueError) as e:
+            call()
+    assert msg in str(e.value)
+
+
+def test_debug_mode_accepts_good_values():
+    with device_value_checks():
+        pos, _ = compute_positions(_i(5, 0), _i(2, 1), 3)
+        assert pos.tolist() == [5, 6, 0]
+        out = _i(0, 0, 0)
+        compute_out_cache_loc(out, _i(1, 0), _i(2, 1), _i(0, 0), _t(1, 2).expand(2, 2), 4)
+        compute_out_cache_loc_uniform(out[:2], _i(1, 0), 1, _i(0, 0), _t(1, 2).expand(2, 2), 4)

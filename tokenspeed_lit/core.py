@@ -4,19 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #fc53c635
 from __future__ import annotations
-import os, contextlib, gc
+import os, contextlib, gc, operator
 from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['HAS_ACCEL', 'triton_interpreted', 'default_device', 'as_device', 'is_accel', 'num_sms', 'host_empty', 'host_full',
-           'CompletedEvent', 'new_stream', 'current_stream', 'use_stream', 'new_event', 'record_event', 'wait_event',
-           'synchronize', 'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch',
-           'FastLaunch', 'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close',
-           'check_int_tensor', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
-           'check_kernel_device']
+__all__ = ['HAS_ACCEL', 'OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'triton_interpreted', 'default_device', 'as_device', 'is_accel',
+           'num_sms', 'host_empty', 'host_full', 'CompletedEvent', 'new_stream', 'current_stream', 'use_stream',
+           'new_event', 'record_event', 'wait_event', 'synchronize', 'copy_to', 'copy_many', 'to_device_async',
+           'raw_stream', 'batch_dma_available', 'copy_batch', 'FastLaunch', 'Captured', 'capture', 'dist_backend',
+           'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError', 'check_int', 'int_list', 'check_int_tensor',
+           'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
+           'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -345,13 +346,55 @@ def dist_close():
     if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../nbs/00_core.ipynb #00e8a28f
+class InputTypeError(TypeError, ValueError):
+    "A refused input of the wrong type: a `TypeError`, and a `ValueError` too, so one `except ValueError` catches every refusal."
+
+def check_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
+    "`v` as a Python int, refusing non-integers (floats, bools, strings) and values outside `[lo, hi]`."
+    if isinstance(v, bool): raise InputTypeError(f'{name} must be an integer, got {v!r}')
+    try: i = operator.index(v)        # ints and numpy integers; not floats, not strings
+    except TypeError: raise InputTypeError(f'{name} must be an integer, got {v!r} ({type(v).__name__})') from None
+    if (lo is not None and i < lo) or (hi is not None and i > hi):
+        rng = (f'in [{lo}, {hi}]' if lo is not None and hi is not None else f'>= {lo}' if lo is not None else f'<= {hi}')
+        raise ValueError(f'{name} must be an integer {rng}, got {i}')
+    return i
+
+def int_list(name: str, values) -> list:
+    "`values` (a list, tuple, range, 1-D numpy array or CPU tensor of integers) as a list; refused otherwise."
+    if type(values) is list: return values                # the engine's own form: no copy, no per-element work
+    if isinstance(values, (list, tuple, range)): return list(values)
+    if isinstance(values, torch.Tensor):
+        if values.device.type != 'cpu':
+            raise ValueError(f'{name} must be on the host, got a tensor on {values.device} (reading it would synchronise)')
+        ok = not (values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool)
+    elif isinstance(values, np.ndarray): ok = values.dtype.kind in 'iu'
+    else: raise InputTypeError(f'{name} must be a list, tuple, numpy array or CPU tensor of integers, '
+                               f'got {type(values).__name__}')
+    if values.ndim != 1: raise ValueError(f'{name} must be 1-D, got shape {tuple(values.shape)}')
+    if not ok and len(values): raise InputTypeError(f'{name} must hold integers, got dtype {values.dtype}')
+    return values.tolist()                                # one C loop (an empty array of any dtype: [])
+
 def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
     "Raise `ValueError` unless `t` is an integer tensor (with `ndim` dimensions, if given)."
-    if not isinstance(t, torch.Tensor): raise ValueError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
+    if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f'{name} must have an integer dtype, got {t.dtype}')
+        raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f'{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}')
+    return t
+
+OUT_DTYPES = (torch.int32, torch.int64)
+"Dtypes an integer output may have: a narrower one would truncate slots and lengths (40000 -> -25536 in int16)."
+
+def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES) -> torch.Tensor:
+    "Raise unless `t` is a contiguous 1-D tensor of one of `dtypes` with at least `needed` elements."
+    if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
+    if t.dtype not in dtypes:
+        want = ' or '.join(str(d).replace('torch.', '') for d in dtypes)
+        raise InputTypeError(f'{name} must be {want}, got {t.dtype}')
+    if t.dim() != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(t.shape)}')
+    if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
+    check_capacity(name, t, needed)
     return t
 
 def check_same_len(**seqs):
@@ -365,9 +408,11 @@ def check_capacity(name: str, t: torch.Tensor, needed: int):
     "Raise `ValueError` if `t` has fewer than `needed` elements."
     if t.numel() < needed: raise ValueError(f'{name} has {t.numel()} elements, {needed} needed')
 
-def check_positive(name: str, v: int):
-    "Raise `ValueError` unless `v` is an integer > 0."
-    if isinstance(v, bool) or int(v) != v or v <= 0: raise ValueError(f'{name} must be a positive integer, got {v}')
+def check_positive(name: str, v) -> int:
+    "`v` as a Python int; raise unless it is an integer > 0."
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+        raise (ValueError if isinstance(v, (int, np.integer)) else InputTypeError)(
+            f'{name} must be a positive integer, got {v!r}')
     return int(v)
 
 def check_same_device(**tensors):
@@ -384,3 +429,40 @@ def check_kernel_device(**tensors):
         for k, t in tensors.items():
             if t is not None and t.device.type != 'cuda':
                 raise ValueError(f'{k} is on {t.device}: compiled Triton kernels need GPU tensors')
+
+# %% ../nbs/00_core.ipynb #84e83e6d
+CHECK_DEVICE_VALUES: bool = os.environ.get('TOKENSPEED_LIT_CHECK', '0').strip() not in ('', '0')
+"Debug mode: the public kernel entry points synchronise and check device-side values (env `TOKENSPEED_LIT_CHECK=1`)."
+
+def device_checks_enabled() -> bool:
+    "True when the debug checks of device-side values should run now (on, and no CUDA graph is being captured)."
+    return CHECK_DEVICE_VALUES and not (HAS_ACCEL and torch.cuda.is_current_stream_capturing())
+
+@contextlib.contextmanager
+def device_value_checks(on: bool = True):
+    "Turn the debug checks of device-side values on (or off) inside a `with` block."
+    global CHECK_DEVICE_VALUES
+    old, CHECK_DEVICE_VALUES = CHECK_DEVICE_VALUES, bool(on)
+    try: yield
+    finally: CHECK_DEVICE_VALUES = old
+
+def check_values(name: str, t: torch.Tensor, lo: int | None = None, hi: int | None = None, what: str = 'request',
+                 index=None):
+    "Debug mode: synchronise and raise `ValueError` naming the first element of `t` outside `[lo, hi)`."
+    v = t.detach().long().cpu()
+    badm = torch.zeros_like(v, dtype=torch.bool)
+    if lo is not None: badm |= v < lo
+    if hi is not None: badm |= v >= hi
+    if badm.any():
+        i = int(badm.nonzero()[0, 0])
+        where = f'{name}[{i}]' if index is None else f'{name}[{int(index[i])}]'
+        rng = f'in [{lo}, {hi})' if lo is not None and hi is not None else f'>= {lo}' if lo is not None else f'< {hi}'
+        raise ValueError(f'{what} {i}: {where} = {int(v[i])}, must be {rng}')
+
+def check_unique(name: str, t: torch.Tensor, what: str = 'request'):
+    "Debug mode: synchronise and raise `ValueError` naming two elements of `t` that are equal."
+    v = t.detach().long().cpu().tolist()
+    first: dict = {}
+    for i, x in enumerate(v):
+        if x in first: raise ValueError(f'{what}s {first[x]} and {i} share {name} {x}')
+        first[x] = i

@@ -17,7 +17,7 @@ from .host_mirror import FlatHostMirror
 
 # %% auto #0
 __all__ = ['SENTINEL', 'true_token', 'DemoConfig', 'Request', 'DemoViolation', 'ToyModel', 'kv_rows', 'Scheduler', 'offload',
-           'resume', 'plan_step', 'run_step', 'Progress', 'serve', 'report', 'main']
+           'resume', 'plan_step', 'run_step', 'Progress', 'serve', 'report', 'int_arg', 'parser', 'main']
 
 # %% ../nbs/08_demo.ipynb #7050651b
 def true_token(uid: int, position: int, vocab: int) -> int:
@@ -554,15 +554,39 @@ def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str)
         with open(out_path, 'w') as f: json.dump(stats, f)
     dist_close()
 
+def int_arg(lo: int, hi: int | None = None):
+    "An argparse `type=`: an integer in `[lo, hi]`, or a usage error that says which."
+    def parse(s: str) -> int:
+        try: v = int(s)
+        except ValueError: raise argparse.ArgumentTypeError(f'{s!r} is not an integer') from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f'must be an integer in [{lo}, {hi}], got {v}' if hi is not None
+                                             else f'must be an integer >= {lo}, got {v}')
+        return v
+    parse.__name__ = 'integer'
+    return parse
+
+def parser() -> argparse.ArgumentParser:
+    "The demo's command line."
+    ap = argparse.ArgumentParser(prog='python -m tokenspeed_lit.demo',
+                                 description='tokenspeed_lit serving-loop demo: every rule checked every step')
+    ap.add_argument('--ranks', type=int_arg(1, 64), default=os.environ.get('RANKS') or '1', metavar='N',
+                    help='data-parallel ranks, one process each (NCCL with a GPU per rank, else gloo); '
+                         'default: $RANKS or 1')
+    ap.add_argument('--requests', type=int_arg(1), metavar='N',
+                    help='requests per rank (default: 64 under the Triton interpreter, 256 on a GPU)')
+    ap.add_argument('--seed', type=int_arg(0), default=0, metavar='S',
+                    help='seed of the request mix, arrivals and faults (default: 0)')
+    ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
+                    help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write'],
+                    help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
+                         "'stray-write' writes a KV slot into a free page (default: none)")
+    return ap
+
 def main(argv=None) -> int:
     "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
-    ap = argparse.ArgumentParser(description='tokenspeed_lit serving-loop demo: every rule checked every step')
-    ap.add_argument('--ranks', type=int, default=int(os.environ.get('RANKS') or 1))
-    ap.add_argument('--requests', type=int)
-    ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--verify-width', type=int)
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write'])
-    a = ap.parse_args(argv)
+    a = parser().parse_args(argv)
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     print(f'tokenspeed_lit serving demo on {env_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
@@ -585,6 +609,8 @@ def main(argv=None) -> int:
         last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
         print(f'\nVIOLATION (in a rank): {last}' if 'DemoViolation' in str(e) else f'\nFAILED: {last}'); return 1
     print(report(stats))
+    if not stats['checks']:                  # never claim success for a run that checked nothing
+        print('\nFAILED: no check ran'); return 1
     print(f'all checks passed in {time.time() - t0:.1f}s')
     return 0
 

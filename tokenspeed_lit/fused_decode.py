@@ -5,13 +5,16 @@
 # %% ../nbs/02_fused_decode.ipynb #49e25155
 from __future__ import annotations
 import struct
+import numpy as np
 import torch
 from fastcore.basics import patch
 from .core import (check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
-                                 new_event, synchronize, capture as _capture)   # first: it decides TRITON_INTERPRET
+                                 new_event, synchronize, capture as _capture,   # first: it decides TRITON_INTERPRET
+                                 check_int, check_out, check_kernel_device, int_list, InputTypeError,
+                                 device_checks_enabled, check_values, check_unique)
 import triton
 import triton.language as tl
-from .positions import (_kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc)
+from .positions import (_kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, _MAX_TOKENS)
 from .padding import PAD_TOKEN_ID, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
@@ -67,32 +70,33 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
                             req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
                             uniform_input_length: int, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
     "KV slots, positions and `cache + L` sequence lengths of a decode batch, reading each cached length once; one launch."
-    for name, t in (('out_cache_loc', out_cache_loc), ('positions', positions), ('seq_lens_out', seq_lens_out),
-                    ('req_pool_indices', req_pool_indices), ('valid_cache_lengths', valid_cache_lengths)):
+    for name, t in (('req_pool_indices', req_pool_indices), ('valid_cache_lengths', valid_cache_lengths)):
         check_int_tensor(name, t, ndim=1)
         if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
     check_int_tensor('req_to_page', req_to_page, ndim=2)
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
-    check_positive('page_size', page_size)
-    L = uniform_input_length
-    if isinstance(L, bool) or int(L) != L or L < 0:
-        raise ValueError(f'uniform_input_length must be a non-negative integer, got {L}')
-    if isinstance(dummy_slot, bool) or int(dummy_slot) != dummy_slot:
-        raise ValueError(f'dummy_slot must be an integer, got {dummy_slot}')
-    L, batch = int(L), req_pool_indices.numel()
-    check_capacity('out_cache_loc', out_cache_loc, batch * L)
-    check_capacity('positions', positions, batch * L)
-    check_capacity('seq_lens_out', seq_lens_out, batch)
-    check_same_device(out_cache_loc=out_cache_loc, positions=positions, seq_lens_out=seq_lens_out,
-                      req_pool_indices=req_pool_indices, valid_cache_lengths=valid_cache_lengths, req_to_page=req_to_page)
+    page_size = check_positive('page_size', page_size)
+    L, batch = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS), req_pool_indices.numel()
+    check_out('out_cache_loc', out_cache_loc, batch * L)
+    check_out('positions', positions, batch * L, dtypes=(torch.int64,))
+    check_out('seq_lens_out', seq_lens_out, batch)
+    bits = 8 * out_cache_loc.element_size() - 1
+    dummy_slot = check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
+    check_kernel_device(out_cache_loc=out_cache_loc, positions=positions, seq_lens_out=seq_lens_out,
+                        req_pool_indices=req_pool_indices, valid_cache_lengths=valid_cache_lengths,
+                        req_to_page=req_to_page)
+    if device_checks_enabled():
+        check_values('req_pool_indices', req_pool_indices, lo=0, hi=min(valid_cache_lengths.numel(), req_to_page.shape[0]))
+        check_unique('pool row', req_pool_indices)
+        check_values('valid_cache_lengths', valid_cache_lengths[req_pool_indices.long()], lo=0, index=req_pool_indices)
     if batch:
         LP = triton.next_power_of_2(max(L, 1))
         R = max(1, min(128, 1024 // LP))
         _decode_prep_kernel[(triton.cdiv(batch, R),)](
             out_cache_loc, positions, seq_lens_out, req_pool_indices, valid_cache_lengths, batch, L,
             valid_cache_lengths.numel(), req_to_page, req_to_page.stride(0), req_to_page.stride(1),
-            req_to_page.shape[0], req_to_page.shape[1], int(page_size), int(dummy_slot), R=R, LP=LP)
+            req_to_page.shape[0], req_to_page.shape[1], page_size, dummy_slot, R=R, LP=LP)
     return out_cache_loc, positions, seq_lens_out
 
 # %% ../nbs/02_fused_decode.ipynb #48f00ab3
@@ -336,6 +340,7 @@ def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table):
                             table_rows=table.shape[0], table_cols=table.shape[1]))
     self._state = (vcl, fim, ready, table, vocab_size)
     self.num_pool, self.width = vcl.numel(), fim.shape[1]
+    self._seen = np.zeros(self.num_pool, dtype=np.int32)   # scratch of the duplicate check: one entry per pool row
     self._args = (*self._views, vcl, fim, ready, table)     # the launch arguments, built once
     self._wp = triton.next_power_of_2(self.width)
     self._capture_ring()
@@ -346,6 +351,8 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
     "Attach the step to its runtime state and page table (checked here, once); returns the step."
     check_int_tensor('valid_cache_lengths', valid_cache_lengths, ndim=1)
     check_int_tensor('future_input_map', future_input_map, ndim=2)
+    if future_input_map.dtype not in (torch.int32, torch.int64):   # the step writes overrides into it
+        raise InputTypeError(f'future_input_map must be int32 or int64, got {future_input_map.dtype}')
     check_int_tensor('req_to_page', req_to_page, ndim=2)
     ready = remote_spec_candidate_ready
     if not isinstance(ready, torch.Tensor) or ready.dtype != torch.bool or ready.dim() != 1:
@@ -360,11 +367,12 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
                          'must be contiguous (the step writes them in place)')
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
-    if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 2:
+    if not 2 <= check_int('vocab_size', vocab_size) < 2**31:
         raise ValueError(f'vocab_size must be an integer >= 2 (the padding token id is {PAD_TOKEN_ID}), got {vocab_size}')
+    vocab_size = int(vocab_size)
     check_same_device(buffers=self.buffers.slab, valid_cache_lengths=valid_cache_lengths,
                       future_input_map=future_input_map, remote_spec_candidate_ready=ready, req_to_page=req_to_page)
-    self._bind(valid_cache_lengths, future_input_map, ready, int(vocab_size), req_to_page)
+    self._bind(valid_cache_lengths, future_input_map, ready, vocab_size, req_to_page)
     self.bound = True
     return self
 
@@ -394,13 +402,23 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
     try: st.pack_into(self._np[slot], 4 * section, *values)
     except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
 
+_ROW_IDS = np.arange(2**16, dtype=np.int32)     # request indices for the duplicate check (max_bs is far below)
+
 @patch
 def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_pool_indices'):
-    "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` (one vectorised check)."
+    "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice (vectorised)."
+    if not batch: return
     at = self.layout['pool']
-    if batch and int(self._u32[slot][at:at + batch].max()) >= self.num_pool:
+    rows = self._u32[slot][at:at + batch].astype(np.intp)   # unsigned: a negative index reads as a huge one
+    ids, seen = _ROW_IDS[:batch], self._seen                 # seen: one entry per pool row
+    try: seen[rows] = ids                 # the range check too: a row outside [0, num_pool) cannot be written
+    except IndexError:
         v = self._np[slot][at:at + batch]
-        raise ValueError(f'{name} holds {v[(v < 0) | (v >= self.num_pool)][0]}, outside the pool [0, {self.num_pool})')
+        raise ValueError(f'{name} holds {v[(v < 0) | (v >= self.num_pool)][0]}, outside the pool [0, {self.num_pool})') from None
+    if batch > 1 and (seen[rows] != ids).any():   # a row named twice kept the later request's number
+        i = int(np.flatnonzero(seen[rows] != ids)[0])
+        raise ValueError(f'{name} holds pool row {int(rows[i])} twice (requests {i} and {int(seen[rows[i]])}): '
+                         f'two requests cannot share a pool row')
 
 @patch
 def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefill_tokens: int, width: int,
@@ -439,12 +457,25 @@ def launch(self: FusedDecodeStep, slot: int):
 
 # %% ../nbs/02_fused_decode.ipynb #8c22640b
 @patch
+def decode_lists(self: FusedDecodeStep, req_pool_indices, decode_input_ids=None, mamba=None,
+                 name: str = 'req_pool_indices'):
+    "The step's host lists as Python lists (tuples, numpy arrays and CPU tensors accepted), or a named refusal."
+    req_pool_indices = int_list(name, req_pool_indices)
+    if decode_input_ids is not None: decode_input_ids = int_list('decode_input_ids', decode_input_ids)
+    if mamba is not None:
+        if not self.buffers.has_mamba: raise ValueError('mamba indices given but the buffers have no Mamba buffers')
+        if not isinstance(mamba, (list, tuple)) or len(mamba) != 4:
+            raise ValueError('mamba must be 4 lists of indices (pool, cow source, branching seqlen, track)')
+        mamba = [int_list(f'mamba[{k}]', m) for k, m in enumerate(mamba)]
+    return req_pool_indices, decode_input_ids, mamba
+
+@patch
 def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, decode_input_ids, mamba):
     "The host-side checks of a decode step from sizes (packing also range-checks the pool indices)."
     if not self.bound: raise ValueError('bind the step to its runtime state first: step.bind(...)')
     if batch > self.max_bs: raise ValueError(f'batch of {batch} requests is larger than max_bs={self.max_bs}')
     L = uniform_input_length
-    if batch and (isinstance(L, bool) or not isinstance(L, int) or not 1 <= L <= self.width):
+    if batch and not 1 <= check_int('uniform_input_length', L) <= self.width:
         raise ValueError(f'uniform_input_length must be an integer in [1, {self.width}] '
                          f'(the width of future_input_map), got {L}')
     if batch and batch * L > self.max_num_tokens:
@@ -457,9 +488,17 @@ def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, d
             raise ValueError(f'mamba must be 4 lists of {batch} indices (pool, cow source, branching seqlen, track)')
 
 @patch
+def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices'):
+    "Debug mode: the cached lengths of the step's pool rows must be >= 0 (reads the device: synchronises)."
+    if not req_pool_indices: return
+    vcl = self._state[0]
+    check_values('valid_cache_lengths', vcl[torch.tensor(req_pool_indices, device=vcl.device)], lo=0,
+                 index=req_pool_indices)
+
+@patch
 def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_input_length: int, decode_input_ids=None,
                 mamba=None, name: str = 'req_pool_indices'):
-    "Pack a decode step into host slot `slot` (range-checking the pool indices); returns the overrides or `None`."
+    "Pack a decode step into host slot `slot` (checking the pool indices); returns the overrides or `None`."
     B, L, lay = len(req_pool_indices), uniform_input_length, self.layout
     if decode_input_ids is not None and decode_input_ids.count(-1) == len(decode_input_ids): decode_input_ids = None
     self.pack(slot, lay['pool'], req_pool_indices, name)
@@ -468,11 +507,13 @@ def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_inpu
     if mamba is not None:
         for k in range(4): self.pack(slot, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba')
     self.header(slot, B, 0, 0, L if B else 0, B * L if B else 0, decode_input_ids is not None, mamba is not None)
+    if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, name)
     return decode_input_ids
 
 @patch
 def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
     "Stage and launch one decode step from host lists; returns the overrides (`None` when all are -1)."
+    req_pool_indices, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
     s = self.acquire()
     decode_input_ids = self.pack_decode(s, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
@@ -482,9 +523,8 @@ def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int,
 @patch
 def dummy(self: FusedDecodeStep, batch_size: int, total_tokens: int):
     "A dummy decode: every buffer at its padding value, the first `batch_size` rows with `dummy_decode_seq_len`."
-    if not 0 <= batch_size <= self.max_bs: raise ValueError(f'batch_size must be in [0, {self.max_bs}], got {batch_size}')
-    if not 0 <= total_tokens <= self.max_num_tokens:
-        raise ValueError(f'total_tokens must be in [0, {self.max_num_tokens}], got {total_tokens}')
+    batch_size = check_int('batch_size', batch_size, 0, self.max_bs)
+    total_tokens = check_int('total_tokens', total_tokens, 0, self.max_num_tokens)
     s = self.acquire()
     self.header(s, 0, 0, 0, 0, 0, False, False, batch_size, dummy_decode_seq_len(batch_size, total_tokens))
     self.launch(s)
@@ -536,6 +576,7 @@ def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_inp
 @patch
 def stage(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
     "Write a decode step into the capture slot (for `capture().replay()`); the previous replay must have finished."
+    req_pool_indices, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
     return self.pack_decode(2, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
 

@@ -261,8 +261,17 @@ def _pages(self: FlatHostMirror, pairs, to_host: bool) -> np.ndarray:
         p = check_int_tensor('pairs', pairs).numpy()
     elif isinstance(pairs, np.ndarray): p = pairs
     else:
-        rows = [tuple(q) for q in pairs]
-        p = np.array(rows) if rows else np.empty((0, 2), np.int64)
+        try: rows = list(pairs)
+        except TypeError: raise ValueError(f'pairs must be an iterable of (device_page, host_page) pairs, '
+                                           f'got {type(pairs).__name__}') from None
+        if not rows: return np.empty((0, 2), np.int64)
+        try: p = np.array(rows)
+        except (ValueError, TypeError): p = None      # ragged rows: numpy refuses them
+        if p is None or p.ndim != 2:                  # flat or ragged: name the first element that is not a pair
+            for i, q in enumerate(rows):
+                if not (hasattr(q, '__len__') and len(q) == 2):
+                    raise ValueError(f'pairs must be (device_page, host_page) pairs, got pairs[{i}] = {q!r}')
+            raise ValueError(f'pairs must be (device_page, host_page) pairs of integers, got {rows[:4]!r}')
     if p.dtype.kind not in 'iu': raise ValueError(f'pairs must have an integer dtype, got {p.dtype}')
     if p.size == 0: return np.empty((0, 2), np.int64)
     if p.ndim != 2 or p.shape[1] != 2:

@@ -5,9 +5,11 @@
 # %% ../nbs/04_input_buffers.ipynb #aa4fd509
 from __future__ import annotations
 from dataclasses import dataclass, field
+import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import as_device, check_positive
+from .core import (as_device, check_positive, check_int, int_list, InputTypeError,
+                                 device_checks_enabled)
 from .positions import compute_positions, compute_out_cache_loc
 from .padding import PAD_TOKEN_ID, PaddedBuffers
 from .fused_decode import FusedDecodeStep
@@ -41,8 +43,7 @@ class RuntimeStates:
     def __init__(self, req_pool_size: int, vocab_size: int, output_length: int = 1, device=None):
         n = check_positive('req_pool_size', req_pool_size) + 1
         check_positive('output_length', output_length)
-        if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 2:
-            raise ValueError(f'vocab_size must be an integer >= 2, got {vocab_size}')
+        if check_int('vocab_size', vocab_size) < 2: raise ValueError(f'vocab_size must be an integer >= 2, got {vocab_size}')
         device = as_device(device)
         self.vocab_size = int(vocab_size)
         self.valid_cache_lengths = torch.zeros(n, dtype=torch.int32, device=device)
@@ -65,76 +66,103 @@ class InputBuffers(PaddedBuffers):
         self.step = FusedDecodeStep(self, page_size)
 
 # %% ../nbs/04_input_buffers.ipynb #1f7b3013
+_MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
+
 @patch
 def _mamba_lists(self: InputBuffers, fo, batch):
-    "The op's four Mamba index lists (checked), or None."
-    if not self.has_mamba or not getattr(fo, 'mamba_pool_indices', None): return None
-    lists = (fo.mamba_pool_indices, fo.mamba_cow_src_indices, fo.mamba_branching_seqlens, fo.mamba_track_pool_indices)
+    "The op's four Mamba index lists as lists (checked), or None when it carries none."
+    lists = [getattr(fo, f, None) for f in _MAMBA_FIELDS]
+    if not self.has_mamba:
+        for f, m in zip(_MAMBA_FIELDS, lists):
+            if m is not None and len(m):
+                raise ValueError(f'{f} given, but the buffers have no Mamba buffers (built with has_mamba=False)')
+        return None
+    if all(m is None for m in lists): return None
     if any(m is None or len(m) != batch for m in lists):
-        raise ValueError(f'the four Mamba index lists must each have one entry per request ({batch})')
-    return lists
+        raise ValueError(f'the four Mamba index lists must each have one entry per request ({batch}), got ' +
+                         ', '.join(f'{f}: {"None" if m is None else len(m)}' for f, m in zip(_MAMBA_FIELDS, lists)))
+    return [int_list(f, m) for f, m in zip(_MAMBA_FIELDS, lists)]
+
+_PREFILL_LISTS = ('input_ids', 'shifted_input_ids', 'prefill_lengths')
 
 @patch
 def _check_step(self: InputBuffers, fo, total_tokens, width):
-    "Host-side checks shared by every path; returns (batch, num_extends)."
-    batch, lens = len(fo.request_ids), fo.input_lengths
-    if len(fo.request_pool_indices) != batch or len(lens) != batch:
+    "Host-side checks shared by every path; returns (batch, num_extends, pool indices, input lengths)."
+    try: batch = len(fo.request_ids)
+    except TypeError: raise InputTypeError(f'request_ids must be a sequence, got {type(fo.request_ids).__name__}') from None
+    pools = int_list('request_pool_indices', fo.request_pool_indices)
+    lens = int_list('input_lengths', fo.input_lengths)
+    if len(pools) != batch or len(lens) != batch:
         raise ValueError(f'per-request lists disagree: len(request_ids)={batch}, '
-                         f'len(request_pool_indices)={len(fo.request_pool_indices)}, len(input_lengths)={len(lens)}')
+                         f'len(request_pool_indices)={len(pools)}, len(input_lengths)={len(lens)}')
     if batch > self.max_bs: raise ValueError(f'batch of {batch} requests is larger than max_bs={self.max_bs}')
-    if isinstance(total_tokens, bool) or int(total_tokens) != total_tokens or not 0 <= total_tokens <= self.max_num_tokens:
+    if not 0 <= check_int('total_tokens', total_tokens) <= self.max_num_tokens:
         raise ValueError(f'total_tokens={total_tokens} must be an integer in [0, max_num_tokens={self.max_num_tokens}]')
     ne = fo.num_extends()
     if ne > batch: raise ValueError(f'{ne} extend rows (extend_prefix_lens) in a batch of {batch} requests')
-    if ne == 0 and lens.count(width) == batch:     # the decode fast path: all lengths equal, so the sum is known
-        if total_tokens != batch * width:
-            raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={batch * width}')
-        return batch, ne
-    if total_tokens != sum(lens):
-        raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={sum(lens)}')
+    if ne == 0:
+        for name in _PREFILL_LISTS:
+            v = getattr(fo, name)
+            if v is not None and len(v):
+                raise ValueError(f'{name} has {len(v)} entries, but the step has no prefill row (extend_prefix_lens is empty)')
+        if lens.count(width) == batch:             # the decode fast path: all lengths equal, so the sum is known
+            if total_tokens != batch * width:
+                raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={batch * width}')
+            return batch, ne, pools, lens
+    elif min(lens[:ne]) < 0:
+        i = next(i for i, n in enumerate(lens[:ne]) if n < 0)
+        raise ValueError(f'input_lengths[{i}] = {lens[i]}: a prefill row cannot have a negative length')
     if lens[ne:].count(width) != batch - ne:
         raise ValueError(f'every decode row must feed {width} tokens (the width of future_input_map), '
                          f'got input_lengths[{ne}:]={lens[ne:]}')
-    return batch, ne
+    n = sum(lens)
+    if not isinstance(n, (int, np.integer)): raise InputTypeError(f'input_lengths must hold integers, got {lens}')
+    if total_tokens != n: raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={n}')
+    return batch, ne, pools, lens
 
 # %% ../nbs/04_input_buffers.ipynb #3676e9f2
 @patch
-def _fill_decode(self: InputBuffers, fo, batch, width):
+def _fill_decode(self: InputBuffers, fo, batch, width, pools):
     st = self.step
     ovr, mamba = fo.decode_input_ids, self._mamba_lists(fo, batch)
+    if ovr is not None: ovr = int_list('decode_input_ids', ovr)
     st.check_decode(batch, width, ovr, mamba)
     s = st.acquire()
-    ovr = st.pack_decode(s, fo.request_pool_indices, width, ovr, mamba, name='request_pool_indices')
+    ovr = st.pack_decode(s, pools, width, ovr, mamba, name='request_pool_indices')
     st.launch(s)
     self.all_extends_mid_chunk = False
     return ovr
 
 # %% ../nbs/04_input_buffers.ipynb #10fa7048
 @patch
-def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page):
+def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page, pools, lens):
     st, lay = self.step, self.step.layout
-    lens = fo.input_lengths
     prefill = sum(lens[:ne])
-    for name, seq, n in (('input_ids', fo.input_ids, prefill), ('shifted_input_ids', fo.shifted_input_ids, prefill),
-                         ('extend_prefix_lens', fo.extend_prefix_lens, ne), ('prefill_lengths', fo.prefill_lengths, ne)):
+    prefix, full = int_list('extend_prefix_lens', fo.extend_prefix_lens), int_list('prefill_lengths', fo.prefill_lengths)
+    ids, shifted = int_list('input_ids', fo.input_ids), int_list('shifted_input_ids', fo.shifted_input_ids)
+    for name, seq, n in (('input_ids', ids, prefill), ('shifted_input_ids', shifted, prefill),
+                         ('extend_prefix_lens', prefix, ne), ('prefill_lengths', full, ne)):
         if len(seq) != n: raise ValueError(f'{name} has {len(seq)} entries, {n} expected')
-    if ne and (min(lens[:ne]) < 0 or min(fo.extend_prefix_lens) < 0):
-        raise ValueError('prefill input_lengths and extend_prefix_lens must be >= 0')
+    if min(prefix) < 0:
+        i = next(i for i, p in enumerate(prefix) if p < 0)
+        raise ValueError(f'extend_prefix_lens[{i}] = {prefix[i]}: a prefix length cannot be negative')
     ovr, mamba = fo.decode_input_ids, self._mamba_lists(fo, batch)
+    if ovr is not None: ovr = int_list('decode_input_ids', ovr)
     if ovr is not None and len(ovr) != batch - ne:
         raise ValueError(f'decode_input_ids has {len(ovr)} entries for {batch - ne} decode rows')
     if ovr is not None and ovr.count(-1) == len(ovr): ovr = None
     s = st.acquire()
-    st.pack(s, lay['pool'], fo.request_pool_indices, 'request_pool_indices')
+    st.pack(s, lay['pool'], pools, 'request_pool_indices')
     st.check_pools(s, batch, 'request_pool_indices')
     st.pack(s, lay['lengths'], lens[:ne], 'input_lengths')
-    st.pack(s, lay['extend_prefix'], fo.extend_prefix_lens, 'extend_prefix_lens')
-    st.pack(s, lay['ids'], fo.input_ids, 'input_ids')
-    st.pack(s, lay['ids'] + prefill, fo.shifted_input_ids, 'shifted_input_ids')
+    st.pack(s, lay['extend_prefix'], prefix, 'extend_prefix_lens')
+    st.pack(s, lay['ids'], ids, 'input_ids')
+    st.pack(s, lay['ids'] + prefill, shifted, 'shifted_input_ids')
     if ovr is not None: st.pack(s, lay['override'], ovr, 'decode_input_ids')
     if mamba is not None:
         for k in range(4): st.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
     st.header(s, batch, ne, prefill, width, total_tokens, ovr is not None, mamba is not None)
+    if device_checks_enabled(): st.check_cache_lengths(pools, 'request_pool_indices')
     st.launch(s)
     if prefill:
         stage = self.scratch
@@ -143,8 +171,7 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
         compute_out_cache_loc(self.out_cache_loc_buf[:prefill], self.req_pool_indices_buf[:ne], plens,
                               stage[lay['cache_start']:lay['cache_start'] + ne], req_to_page, self.page_size,
                               self.dummy_kv_slot)
-    self.all_extends_mid_chunk = ne == batch and all(
-        p + n < full for p, n, full in zip(fo.extend_prefix_lens, lens, fo.prefill_lengths))
+    self.all_extends_mid_chunk = ne == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return ovr
 
 # %% ../nbs/04_input_buffers.ipynb #4b5ad139
@@ -157,9 +184,9 @@ def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states
                           rs.vocab_size, req_to_page):
         st.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size, req_to_page)
     width = st.width
-    batch, ne = self._check_step(forward_op, total_tokens, width)
-    if ne == 0: return self._fill_decode(forward_op, batch, width)
-    return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page)
+    batch, ne, pools, lens = self._check_step(forward_op, total_tokens, width)
+    if ne == 0: return self._fill_decode(forward_op, batch, width, pools)
+    return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page, pools, lens)
 
 @patch
 def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int):
@@ -170,8 +197,6 @@ def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens:
 from .positions import compute_positions_ref, compute_out_cache_loc_ref
 from .padding import reset_tail
 from .fused_decode import apply_overrides_ref
-
-_MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
 
 def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, valid_cache_lengths, future_input_map,
                            remote_spec_candidate_ready, vocab_size: int, req_to_page, total_tokens: int, page_size: int):
@@ -205,7 +230,7 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
     bufs['input_ids_buf'][:T].clamp_(0, vocab_size - 1)
     bufs['shifted_prefill_ids_buf'][:T].clamp_(0, vocab_size - 1)
     if 'mamba_pool_indices_buf' in bufs:
-        given = fo.mamba_pool_indices
+        given = fo.mamba_pool_indices is not None
         for f in _MAMBA_FIELDS:
             bufs[f + '_buf'][:B] = torch.tensor(list(getattr(fo, f))) if given else -1
     reset_tail(bufs, values, B, T, ne)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 import torch
-from .core import as_device, check_positive
+from .core import as_device, check_positive, check_int
 
 # %% auto #0
 __all__ = ['PAD_TOKEN_ID', 'PADDING', 'PadRule', 'padding_values', 'reset_tail', 'PaddedBuffers', 'clamp_token_ids_',
@@ -73,10 +73,9 @@ class PaddedBuffers:
         self.max_bs, self.max_num_tokens = check_positive('max_bs', max_bs), check_positive('max_num_tokens', max_num_tokens)
         if max_num_tokens < max_bs:
             raise ValueError(f'max_num_tokens ({max_num_tokens}) must be >= max_bs ({max_bs}): every row has a token')
-        for name, v in (('dummy_kv_slot', dummy_kv_slot), ('state_write_padding_pool_index', state_write_padding_pool_index),
-                        ('scratch', scratch)):
-            if isinstance(v, bool) or int(v) != v or (name == 'scratch' and v < 0):
-                raise ValueError(f'{name} must be an integer{" >= 0" if name == "scratch" else ""}, got {v}')
+        dummy_kv_slot = check_int('dummy_kv_slot', dummy_kv_slot, -2**31, 2**31 - 1)      # it lands in int32 slots
+        state_write_padding_pool_index = check_int('state_write_padding_pool_index', state_write_padding_pool_index)
+        scratch = check_int('scratch', scratch, lo=0)
         self.device, self.has_mamba = as_device(device), bool(has_mamba)
         self.dummy_kv_slot, self.state_write_padding_pool_index = int(dummy_kv_slot), int(state_write_padding_pool_index)
         self.rules = tuple(r for r in PADDING if has_mamba or not r.mamba)

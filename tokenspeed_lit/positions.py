@@ -5,8 +5,8 @@
 # %% ../nbs/01_positions.ipynb #09398f09
 from __future__ import annotations
 import torch
-from .core import (check_int_tensor, check_same_len, check_capacity, check_positive,
-                                 check_kernel_device)
+from .core import (check_int_tensor, check_same_len, check_capacity, check_positive, check_int,
+                                 check_out, check_kernel_device, device_checks_enabled, check_values, check_unique)
 import triton
 import triton.language as tl
 
@@ -15,26 +15,41 @@ __all__ = ['compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute
            'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
-def compute_positions_ref(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor):
+def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
+    "`(owner, offset, start)`: each token's request and index inside it, each request's start (clamped lengths)."
+    lens = lens.long().clamp(min=0)                             # a negative length counts as 0
+    if total_tokens is not None: lens = lens.clamp(max=total_tokens)   # no sum can overflow
+    end = torch.cumsum(lens, 0)
+    start = end - lens                                          # exclusive prefix sum
+    if total_tokens is not None: end, start = end.clamp(max=total_tokens), start.clamp(max=total_tokens)
+    owner = torch.repeat_interleave(torch.arange(len(lens), device=lens.device), end - start)  # request of each token
+    offset = torch.arange(len(owner), device=lens.device) - start[owner]                     # index inside it
+    return owner, offset, start
+
+def _pad_to(x: torch.Tensor, n: int | None, value: int) -> torch.Tensor:
+    "`x` padded with `value` to `n` elements (`None`: as it is)."
+    return x if n is None else torch.cat([x, x.new_full((n - len(x),), value)])
+
+def compute_positions_ref(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
+                          total_tokens: int | None = None):
     "Plain-torch definition: `(positions int64, extend_start_loc int32)` for requests laid out back to back."
-    lens = extend_seq_lens.long()
-    start = torch.cumsum(lens, 0) - lens                        # exclusive prefix sum
-    owner = torch.repeat_interleave(torch.arange(len(lens), device=lens.device), lens)  # request of each token
-    offset = torch.arange(len(owner), device=lens.device) - start[owner]                 # index inside it
-    return extend_prefix_lens.long()[owner] + offset, start.to(torch.int32)
+    owner, offset, start = _layout_ref(extend_seq_lens, total_tokens)
+    return _pad_to(extend_prefix_lens.long()[owner] + offset, total_tokens, 0), start.to(torch.int32)
 
 # %% ../nbs/01_positions.ipynb #69c0efce
 _R, _C, _CHUNK = 8, 128, 1024    # requests per block, tokens per tile, lengths per vector load (tuned on an H200)
 _NO_REQ = 2**31 - 1              # start of a masked-off request lane: owns no token
+_MAX_TOKENS = 2**30              # token indices are int32 inside the kernels: a bound far from overflow
 
 @triton.jit
-def _sum_before(lens_ptr, n, CHUNK: tl.constexpr):
-    "Sum of lens[:n], CHUNK lengths per vector load."
-    acc = tl.zeros([CHUNK], dtype=tl.int32)
+def _sum_before(lens_ptr, n, cap, CHUNK: tl.constexpr):
+    "Sum of lens[:n], each length clamped to [0, cap], saturated at cap (int32): no overflow whatever the lengths."
+    acc = tl.zeros([CHUNK], dtype=tl.int64)
     for k in range(0, n, CHUNK):
         offs = k + tl.arange(0, CHUNK)
-        acc += tl.load(lens_ptr + offs, mask=offs < n, other=0).to(tl.int32)
-    return tl.sum(acc, axis=0)
+        x = tl.load(lens_ptr + offs, mask=offs < n, other=0).to(tl.int64)
+        acc += tl.minimum(tl.maximum(x, 0), cap)
+    return tl.minimum(tl.sum(acc, axis=0), cap).to(tl.int32)
 
 # %% ../nbs/01_positions.ipynb #532427dc
 @triton.jit
@@ -62,10 +77,12 @@ def _ragged_kernel(lens_ptr, pos_base_ptr, pos_ptr, start_ptr,
     r = tl.arange(0, R)
     req = blk * R + r
     live = req < batch
-    lens = tl.load(lens_ptr + req, mask=live, other=0).to(tl.int32)
-    first = _sum_before(lens_ptr, blk * R, CHUNK)          # first token of the block
-    starts = first + tl.cumsum(lens, axis=0) - lens        # exclusive scan inside the block
-    end = first + tl.sum(lens, axis=0)
+    lens = tl.load(lens_ptr + req, mask=live, other=0).to(tl.int64)
+    lens = tl.minimum(tl.maximum(lens, 0), total_tokens)   # negative: no tokens; huge: no further than the end
+    first = _sum_before(lens_ptr, blk * R, total_tokens, CHUNK)   # first token of the block (<= total_tokens)
+    starts = tl.minimum(first + tl.cumsum(lens, axis=0) - lens, total_tokens).to(tl.int32)   # exclusive scan
+    end = tl.minimum(first + tl.sum(lens, axis=0), total_tokens).to(tl.int32)
+    stop = tl.where(blk == tl.num_programs(0) - 1, total_tokens, end)   # the last block also writes the padding
     if WRITE_POS:
         if split == 0:
             tl.store(start_ptr + req, starts, mask=live)
@@ -74,19 +91,20 @@ def _ragged_kernel(lens_ptr, pos_base_ptr, pos_ptr, start_ptr,
         loc_delta = tl.load(loc_base_ptr + req, mask=live, other=0).to(tl.int64) - starts
         pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
     owner_starts = tl.where(live, starts, 2147483647)      # dead lanes own nothing
-    for t0 in range(first + split * C, end, nsplit * C):
+    for t0 in range(first + split * C, stop, nsplit * C):  # bounded by total_tokens, whatever the lengths
         tok = t0 + tl.arange(0, C)
-        m = (tok < end) & (tok < total_tokens)             # never past total_tokens
+        m = tok < stop                                     # never past total_tokens
+        covered = tok < end                                # past the requests' last token: padding
         owner = tl.sum((tok[:, None] >= owner_starts[None, :]).to(tl.int32), axis=1) - 1
         hot = owner[:, None] == r[None, :]                 # [C, R] one-hot: token -> its request
         if WRITE_POS:
             pos = tok + tl.sum(tl.where(hot, pos_delta[None, :], 0), axis=1)
-            tl.store(pos_ptr + tok, pos, mask=m)
+            tl.store(pos_ptr + tok, tl.where(covered, pos, 0), mask=m)
         if WRITE_LOC:
             lpos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
             lpool = tl.sum(tl.where(hot, pool[None, :], 0), axis=1)
             slot = _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, lpool, lpos, page_size, dummy,
-                            m, False)
+                            m & covered, False)
             tl.store(loc_ptr + tok, slot, mask=m)
 
 def _ragged_grid(batch: int, total_tokens: int, max_split: int = 4096):
@@ -101,16 +119,13 @@ def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.T
     check_int_tensor('extend_prefix_lens', extend_prefix_lens, ndim=1)
     check_int_tensor('extend_seq_lens', extend_seq_lens, ndim=1)
     batch = check_same_len(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens)
-    if isinstance(total_tokens, bool) or int(total_tokens) != total_tokens or total_tokens < 0:
-        raise ValueError(f'total_tokens must be a non-negative integer, got {total_tokens}')
-    total_tokens = int(total_tokens)
+    total_tokens = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
     device = extend_seq_lens.device
     if out is None: out = torch.empty(total_tokens, dtype=torch.int64, device=device)
-    else:
-        check_int_tensor('out', out, ndim=1)
-        check_capacity('out', out, total_tokens)
-        if not out.is_contiguous(): raise ValueError('out must be contiguous')
+    else: check_out('out', out, total_tokens, dtypes=(torch.int64,))
     check_kernel_device(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens, out=out)
+    if device_checks_enabled(): _check_ragged_values(extend_seq_lens, 'extend_seq_lens', total_tokens, 'total_tokens',
+                                                     prefix=('extend_prefix_lens', extend_prefix_lens))
     start = torch.empty(batch, dtype=torch.int32, device=device)
     if batch and total_tokens:
         lens, prefix = extend_seq_lens.contiguous(), extend_prefix_lens.contiguous()
@@ -119,7 +134,18 @@ def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.T
             batch, total_tokens, 0, 0, 0, 0, 1, 0,
             WRITE_POS=True, WRITE_LOC=False, R=_R, C=_C, CHUNK=_CHUNK)
     elif batch: start.zero_()
+    elif total_tokens: out[:total_tokens].zero_()        # no request: all padding
     return (out if out.numel() == total_tokens else out[:total_tokens]), start
+
+def _check_ragged_values(lens, lens_name, total, total_name, prefix=None, pool=None, rows=None):
+    "Debug mode: lengths and prefixes >= 0, pool rows inside the table and distinct, no more tokens than `total`."
+    check_values(lens_name, lens, lo=0)
+    if prefix is not None: check_values(prefix[0], prefix[1], lo=0)
+    if pool is not None:
+        check_values('req_pool_indices', pool, lo=0, hi=rows)
+        check_unique('pool row', pool)
+    n = int(lens.long().sum())
+    if n > total: raise ValueError(f'{lens_name} add up to {n} tokens, more than {total_name}={total}')
 
 # %% ../nbs/01_positions.ipynb #b140b47b
 def kv_slot_ref(req_to_page: torch.Tensor, pool: torch.Tensor, position: torch.Tensor, page_size: int,
@@ -134,41 +160,46 @@ def kv_slot_ref(req_to_page: torch.Tensor, pool: torch.Tensor, position: torch.T
     ok &= page > 0
     return torch.where(ok, page * page_size + position % page_size, torch.full_like(position, dummy_slot))
 
-def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_to_page, page_size, dummy_slot=0):
-    "Plain-torch KV slots of a ragged batch, token by token."
-    position, _ = compute_positions_ref(cache_start, input_lengths)
-    owner = torch.repeat_interleave(torch.arange(len(input_lengths)), input_lengths.long())
-    return kv_slot_ref(req_to_page, req_pool_indices.long()[owner], position, page_size, dummy_slot)
+def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_to_page, page_size, dummy_slot=0,
+                              total_tokens: int | None = None):
+    "Plain-torch KV slots of a ragged batch, token by token; with `total_tokens`, cut or padded (dummy) to it."
+    owner, offset, _ = _layout_ref(input_lengths, total_tokens)
+    position = cache_start.long()[owner] + offset
+    slots = kv_slot_ref(req_to_page, req_pool_indices.long()[owner], position, page_size, dummy_slot)
+    return _pad_to(slots, total_tokens, dummy_slot)
 
 # %% ../nbs/01_positions.ipynb #fa4bc810
 def _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot):
-    check_int_tensor('out_cache_loc', out_cache_loc, ndim=1)
-    if not out_cache_loc.is_contiguous(): raise ValueError('out_cache_loc must be contiguous')
+    "Host checks shared by the KV slot launchers; returns `(page_size, dummy_slot)` as ints."
+    check_out('out_cache_loc', out_cache_loc, 0)
     check_int_tensor('req_pool_indices', req_pool_indices, ndim=1)
     check_int_tensor('req_to_page', req_to_page, ndim=2)
     if req_to_page.shape[0] == 0 or req_to_page.shape[1] == 0:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
-    check_positive('page_size', page_size)
-    if isinstance(dummy_slot, bool) or int(dummy_slot) != dummy_slot:
-        raise ValueError(f'dummy_slot must be an integer, got {dummy_slot}')
+    bits = 8 * out_cache_loc.element_size() - 1
+    return check_positive('page_size', page_size), check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
 
 def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
                           cache_start: torch.Tensor, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
-    "Write the KV slot of every token of a ragged batch into `out_cache_loc` (at most `out_cache_loc.numel()` tokens)."
-    _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
+    "Write the KV slot of every token of a ragged batch into `out_cache_loc`, `dummy_slot` past the requests' tokens."
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
     check_int_tensor('input_lengths', input_lengths, ndim=1)
     check_int_tensor('cache_start', cache_start, ndim=1)
     batch = check_same_len(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
     check_kernel_device(out_cache_loc=out_cache_loc, req_pool_indices=req_pool_indices, input_lengths=input_lengths,
                       cache_start=cache_start, req_to_page=req_to_page)
-    total = out_cache_loc.numel()
+    total = check_int('out_cache_loc.numel()', out_cache_loc.numel(), hi=_MAX_TOKENS)
+    if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_loc.numel()',
+                                                     prefix=('cache_start', cache_start), pool=req_pool_indices,
+                                                     rows=req_to_page.shape[0])
     if batch and total:
         lens = input_lengths.contiguous()
         _ragged_kernel[_ragged_grid(batch, total)](
             lens, lens, out_cache_loc, lens, cache_start.contiguous(), req_pool_indices.contiguous(), req_to_page,
             out_cache_loc, batch, total, req_to_page.stride(0), req_to_page.stride(1), req_to_page.shape[0],
-            req_to_page.shape[1], int(page_size), int(dummy_slot),
+            req_to_page.shape[1], page_size, dummy_slot,
             WRITE_POS=False, WRITE_LOC=True, R=_R, C=_C, CHUNK=_CHUNK)
+    elif total: out_cache_loc.fill_(dummy_slot)          # no request: all padding
     return out_cache_loc
 
 # %% ../nbs/01_positions.ipynb #8b023dda
@@ -188,23 +219,24 @@ def _uniform_kernel(pool_ptr, start_ptr, table_ptr, loc_ptr, batch, L, stride_ro
 
 def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page, page_size,
                     dummy_slot, sliding):
-    _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
     check_int_tensor('cache_start', cache_start, ndim=1)
     batch = check_same_len(req_pool_indices=req_pool_indices, cache_start=cache_start)
-    L = uniform_input_length
-    if isinstance(L, bool) or int(L) != L or L < 0:
-        raise ValueError(f'uniform_input_length must be a non-negative integer, got {L}')
-    L = int(L)
+    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
     check_capacity('out_cache_loc', out_cache_loc, batch * L)
     check_kernel_device(out_cache_loc=out_cache_loc, req_pool_indices=req_pool_indices, cache_start=cache_start,
                       req_to_page=req_to_page)
+    if device_checks_enabled():
+        check_values('cache_start', cache_start, lo=0)
+        check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
+        check_unique('pool row', req_pool_indices)
     if batch and L:
         LP = triton.next_power_of_2(L)
         R = max(1, min(128, 1024 // LP))
         _uniform_kernel[(triton.cdiv(batch, R),)](
             req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page, out_cache_loc, batch, L,
             req_to_page.stride(0), req_to_page.stride(1), req_to_page.shape[0], req_to_page.shape[1],
-            int(page_size), int(dummy_slot), SLIDING=sliding, R=R, LP=LP)
+            page_size, dummy_slot, SLIDING=sliding, R=R, LP=LP)
     return out_cache_loc
 
 def compute_out_cache_loc_uniform(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor,
