@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from tokenspeed_lit.core import default_device, device_value_checks
 from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
-                                      compute_out_cache_loc_sliding, kv_slot_ref)
+                                      compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots)
 
 DEV = default_device()
 POISON = -12345
@@ -126,6 +126,28 @@ def test_out_cache_loc_match_reference(batch, table, page_size, dummy, data):
     for slot, row in zip(out.cpu().tolist(), owner.tolist()):
         if slot != dummy:
             assert slot // page_size in table[pool[row]].tolist()
+
+
+@given(ragged_batches(max_batch=60, length=st.integers(0, 20)), page_tables(), PAGE_SIZES, st.integers(0, 3),
+       st.data())
+def test_positions_and_slots_equal_the_two_calls(batch, table, page_size, dummy, data):
+    "One launch writes what compute_positions and compute_out_cache_loc write, and nothing outside either output."
+    prefix, lens = batch
+    b, (rows, cols) = len(lens), table.shape
+    total = data.draw(totals(lens))
+    pool = torch.tensor(data.draw(st.lists(st.integers(-1, rows), min_size=b, max_size=b)), dtype=torch.int64)
+    start = torch.tensor(data.draw(st.lists(st.integers(-3, cols * page_size + 4), min_size=b, max_size=b)),
+                         dtype=torch.int32)
+    pbuf, pos = guarded(total, torch.int64)
+    lbuf, loc = guarded(total, data.draw(st.sampled_from([torch.int32, torch.int64])))
+    sbuf, st_ = guarded(b, torch.int32)
+    p, l, s = compute_positions_and_slots(pos, loc, prefix.to(DEV), lens.to(DEV), start.to(DEV), pool.to(DEV),
+                                          table.to(DEV), page_size, total, dummy, extend_start_loc=st_)
+    ref_pos, ref_start = compute_positions_ref(prefix, lens, total_tokens=total)
+    assert torch.equal(p.cpu(), ref_pos) and torch.equal(s.cpu(), ref_start)
+    assert torch.equal(l.cpu().long(), compute_out_cache_loc_ref(pool, lens, start, table, page_size, dummy,
+                                                                 total_tokens=total))
+    for buf in (pbuf, lbuf, sbuf): assert_guards(buf)
 
 
 @pytest.mark.parametrize('fn, sliding', [(compute_out_cache_loc_uniform, False), (compute_out_cache_loc_sliding, True)])

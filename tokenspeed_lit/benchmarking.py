@@ -593,7 +593,9 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
         arr = _as_arrays(fo)
         rows.append(dict(call=call, batch=B, engine_us=t(lambda: eng.fill_input_buffers(fo, rs, big, T)),
                          host_us=t(lambda: ours.fill_input_buffers(fo, rs, big, T)),
-                         host_us_numpy=t(lambda: ours.fill_input_buffers(arr, rs, big, T))))
+                         host_us_numpy=t(lambda: ours.fill_input_buffers(arr, rs, big, T)),
+                         host_us_after_sync=host_issue_us(lambda: ours.fill_input_buffers(fo, rs, big, T), device,
+                                                          iters=max(1, iters // 4), warmup=2, sync_each=True)))
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, title='host time per eager call (us)',
                 rows=rows)

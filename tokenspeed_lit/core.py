@@ -15,9 +15,10 @@ __all__ = ['HAS_ACCEL', 'OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'triton_interpreted
            'num_sms', 'host_empty', 'host_full', 'CompletedEvent', 'new_stream', 'current_stream', 'use_stream',
            'new_event', 'record_event', 'wait_event', 'synchronize', 'copy_to', 'copy_many', 'to_device_async',
            'raw_stream', 'batch_dma_available', 'copy_batch', 'FastLaunch', 'Captured', 'capture', 'dist_backend',
-           'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError', 'check_int', 'int_list', 'check_int_tensor',
-           'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
-           'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
+           'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError', 'check_int', 'int_list', 'int_seq',
+           'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len', 'check_capacity', 'check_positive',
+           'check_same_device', 'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values',
+           'check_unique']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -374,27 +375,54 @@ def int_list(name: str, values) -> list:
     if not ok and len(values): raise InputTypeError(f'{name} must hold integers, got dtype {values.dtype}')
     return values.tolist()                                # one C loop (an empty array of any dtype: [])
 
+_INT_DTYPES = frozenset(d for d in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+                                   getattr(torch, 'uint16', None), getattr(torch, 'uint32', None),
+                                   getattr(torch, 'uint64', None)) if d is not None)
+
+def int_seq(name: str, values):
+    "`int_list`, except that a 1-D integer numpy array or CPU tensor comes back as a numpy array: no per-element work."
+    if type(values) is list: return values
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in 'iu': return values
+    if (isinstance(values, torch.Tensor) and values.device.type == 'cpu' and values.dim() == 1
+            and values.dtype in _INT_DTYPES): return values.numpy()
+    return int_list(name, values)
+
 def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
     "Raise `ValueError` unless `t` is an integer tensor (with `ndim` dimensions, if given)."
     if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
+    if t.dtype not in _INT_DTYPES: raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f'{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}')
     return t
 
+def check_vectors(**vectors) -> tuple[int, int]:
+    "`(length, device index)` of 1-D integer tensors of one length on one device (the GPU where kernels compile)."
+    n = dev = first = None
+    for name, t in vectors.items():                      # one pass, cheap attributes only: this is per-step code
+        if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
+        if t.dtype not in _INT_DTYPES: raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
+        if t.dim() != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(t.shape)}')
+        k, d = t.numel(), t.get_device()
+        if first is None: n, dev, first = k, d, name
+        elif k != n: raise ValueError(f'lengths disagree: len({first})={n}, len({name})={k}')
+        elif d != dev: raise ValueError(f'tensors on different devices: {first} on {vectors[first].device}, {name} on {t.device}')
+    if dev is not None and dev < 0 and not triton_interpreted():
+        raise ValueError(f'{first} is on the CPU: compiled Triton kernels need GPU tensors')
+    return n, dev
+
 OUT_DTYPES = (torch.int32, torch.int64)
 "Dtypes an integer output may have: a narrower one would truncate slots and lengths (40000 -> -25536 in int16)."
 
-def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES) -> torch.Tensor:
-    "Raise unless `t` is a contiguous 1-D tensor of one of `dtypes` with at least `needed` elements."
+def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES, device: int | None = None) -> torch.Tensor:
+    "Raise unless `t` is a contiguous 1-D tensor of one of `dtypes` with at least `needed` elements (on `device`)."
     if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
     if t.dtype not in dtypes:
         want = ' or '.join(str(d).replace('torch.', '') for d in dtypes)
         raise InputTypeError(f'{name} must be {want}, got {t.dtype}')
     if t.dim() != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(t.shape)}')
     if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
-    check_capacity(name, t, needed)
+    if t.numel() < needed: raise ValueError(f'{name} has {t.numel()} elements, {needed} needed')
+    if device is not None and t.get_device() != device: raise ValueError(f'{name} is on {t.device}, the inputs are not')
     return t
 
 def check_same_len(**seqs):
@@ -424,11 +452,11 @@ def check_same_device(**tensors):
 
 def check_kernel_device(**tensors):
     "`check_same_device`, and where Triton compiles kernels for the GPU, that the tensors are on it."
-    check_same_device(**tensors)
-    if not triton_interpreted():
-        for k, t in tensors.items():
-            if t is not None and t.device.type != 'cuda':
-                raise ValueError(f'{k} is on {t.device}: compiled Triton kernels need GPU tensors')
+    devs = [t.get_device() for t in tensors.values() if t is not None]     # ints (-1: CPU): cheaper than .device
+    if devs.count(devs[0]) != len(devs): check_same_device(**tensors)      # raises, naming the tensors
+    if devs[0] < 0 and not triton_interpreted():
+        k, t = next((k, t) for k, t in tensors.items() if t is not None)
+        raise ValueError(f'{k} is on {t.device}: compiled Triton kernels need GPU tensors')
 
 # %% ../nbs/00_core.ipynb #84e83e6d
 CHECK_DEVICE_VALUES: bool = os.environ.get('TOKENSPEED_LIT_CHECK', '0').strip() not in ('', '0')

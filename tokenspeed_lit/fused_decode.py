@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import (check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
+from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
                                  new_event, synchronize, capture as _capture,   # first: it decides TRITON_INTERPRET
                                  check_int, check_out, check_kernel_device, int_list, InputTypeError,
                                  device_checks_enabled, check_values, check_unique)
@@ -46,7 +46,8 @@ def decode_input_prep_unfused(out_cache_loc: torch.Tensor, positions: torch.Tens
     return out_cache_loc, positions, seq_lens_out
 
 # %% ../nbs/02_fused_decode.ipynb #72df51cc
-@triton.jit
+@triton.jit(do_not_specialize=['batch', 'L', 'num_pool', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size',
+                               'dummy'])
 def _decode_prep_kernel(loc_ptr, pos_ptr, seq_ptr, pool_ptr, vcl_ptr, batch, L, num_pool,
                         table_ptr, stride_row, stride_col, num_rows, width, page_size, dummy,
                         R: tl.constexpr, LP: tl.constexpr):
@@ -66,26 +67,28 @@ def _decode_prep_kernel(loc_ptr, pos_ptr, seq_ptr, pool_ptr, vcl_ptr, batch, L, 
                     False)
     tl.store(loc_ptr + tok, slot, mask=m)
 
+_decode_prep = FastLaunch(_decode_prep_kernel)
+
 def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor, seq_lens_out: torch.Tensor,
                             req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
                             uniform_input_length: int, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
     "KV slots, positions and `cache + L` sequence lengths of a decode batch, reading each cached length once; one launch."
+    batch, dev = check_vectors(req_pool_indices=req_pool_indices)
+    num_pool, _ = check_vectors(valid_cache_lengths=valid_cache_lengths)
     for name, t in (('req_pool_indices', req_pool_indices), ('valid_cache_lengths', valid_cache_lengths)):
-        check_int_tensor(name, t, ndim=1)
         if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
+        if t.get_device() != dev: raise ValueError(f'{name} is on {t.device}, req_pool_indices on {req_pool_indices.device}')
     check_int_tensor('req_to_page', req_to_page, ndim=2)
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
+    if req_to_page.get_device() != dev: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
     page_size = check_positive('page_size', page_size)
-    L, batch = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS), req_pool_indices.numel()
-    check_out('out_cache_loc', out_cache_loc, batch * L)
-    check_out('positions', positions, batch * L, dtypes=(torch.int64,))
-    check_out('seq_lens_out', seq_lens_out, batch)
+    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
+    check_out('out_cache_loc', out_cache_loc, batch * L, device=dev)
+    check_out('positions', positions, batch * L, dtypes=(torch.int64,), device=dev)
+    check_out('seq_lens_out', seq_lens_out, batch, device=dev)
     bits = 8 * out_cache_loc.element_size() - 1
     dummy_slot = check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
-    check_kernel_device(out_cache_loc=out_cache_loc, positions=positions, seq_lens_out=seq_lens_out,
-                        req_pool_indices=req_pool_indices, valid_cache_lengths=valid_cache_lengths,
-                        req_to_page=req_to_page)
     if device_checks_enabled():
         check_values('req_pool_indices', req_pool_indices, lo=0, hi=min(valid_cache_lengths.numel(), req_to_page.shape[0]))
         check_unique('pool row', req_pool_indices)
@@ -93,10 +96,9 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
     if batch:
         LP = triton.next_power_of_2(max(L, 1))
         R = max(1, min(128, 1024 // LP))
-        _decode_prep_kernel[(triton.cdiv(batch, R),)](
-            out_cache_loc, positions, seq_lens_out, req_pool_indices, valid_cache_lengths, batch, L,
-            valid_cache_lengths.numel(), req_to_page, req_to_page.stride(0), req_to_page.stride(1),
-            req_to_page.shape[0], req_to_page.shape[1], page_size, dummy_slot, R=R, LP=LP)
+        _decode_prep((triton.cdiv(batch, R),), out_cache_loc, positions, seq_lens_out, req_pool_indices,
+                     valid_cache_lengths, batch, L, num_pool, req_to_page, *req_to_page.stride(), *req_to_page.shape,
+                     page_size, dummy_slot, R=R, LP=LP)
     return out_cache_loc, positions, seq_lens_out
 
 # %% ../nbs/02_fused_decode.ipynb #48f00ab3
@@ -395,8 +397,13 @@ def acquire(self: FusedDecodeStep) -> int:
 
 @patch
 def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
-    "Write the ints `values` at staging offset `section` of host slot `slot`."
+    "Write the ints `values` (a list, or an integer numpy array: one vectorised copy) at offset `section` of slot `slot`."
     n = len(values)
+    if isinstance(values, np.ndarray):
+        if n and (int(values.min()) < -2**31 or int(values.max()) >= 2**31):
+            raise ValueError(f'{name} must hold int32 integers, got {int(values.min())}..{int(values.max())}')
+        self._np[slot][section:section + n] = values
+        return
     st = self._structs.get(n)
     if st is None: st = self._structs[n] = struct.Struct(f'={n}i')
     try: st.pack_into(self._np[slot], 4 * section, *values)
@@ -490,9 +497,9 @@ def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, d
 @patch
 def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices'):
     "Debug mode: the cached lengths of the step's pool rows must be >= 0 (reads the device: synchronises)."
-    if not req_pool_indices: return
+    if not len(req_pool_indices): return
     vcl = self._state[0]
-    check_values('valid_cache_lengths', vcl[torch.tensor(req_pool_indices, device=vcl.device)], lo=0,
+    check_values('valid_cache_lengths', vcl[torch.as_tensor(req_pool_indices, device=vcl.device)], lo=0,
                  index=req_pool_indices)
 
 @patch

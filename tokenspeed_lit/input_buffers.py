@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import (as_device, check_positive, check_int, int_list, InputTypeError,
+from .core import (as_device, check_positive, check_int, int_list, int_seq, InputTypeError,
                                  device_checks_enabled)
-from .positions import compute_positions, compute_out_cache_loc
+from .positions import compute_positions_and_slots
 from .padding import PAD_TOKEN_ID, PaddedBuffers
 from .fused_decode import FusedDecodeStep
 
@@ -90,7 +90,7 @@ def _check_step(self: InputBuffers, fo, total_tokens, width):
     "Host-side checks shared by every path; returns (batch, num_extends, pool indices, input lengths)."
     try: batch = len(fo.request_ids)
     except TypeError: raise InputTypeError(f'request_ids must be a sequence, got {type(fo.request_ids).__name__}') from None
-    pools = int_list('request_pool_indices', fo.request_pool_indices)
+    pools = int_seq('request_pool_indices', fo.request_pool_indices)     # packed as is: an array is not converted
     lens = int_list('input_lengths', fo.input_lengths)
     if len(pools) != batch or len(lens) != batch:
         raise ValueError(f'per-request lists disagree: len(request_ids)={batch}, '
@@ -139,7 +139,7 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
     st, lay = self.step, self.step.layout
     prefill = sum(lens[:ne])
     prefix, full = int_list('extend_prefix_lens', fo.extend_prefix_lens), int_list('prefill_lengths', fo.prefill_lengths)
-    ids, shifted = int_list('input_ids', fo.input_ids), int_list('shifted_input_ids', fo.shifted_input_ids)
+    ids, shifted = int_seq('input_ids', fo.input_ids), int_seq('shifted_input_ids', fo.shifted_input_ids)
     for name, seq, n in (('input_ids', ids, prefill), ('shifted_input_ids', shifted, prefill),
                          ('extend_prefix_lens', prefix, ne), ('prefill_lengths', full, ne)):
         if len(seq) != n: raise ValueError(f'{name} has {len(seq)} entries, {n} expected')
@@ -164,13 +164,12 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
     st.header(s, batch, ne, prefill, width, total_tokens, ovr is not None, mamba is not None)
     if device_checks_enabled(): st.check_cache_lengths(pools, 'request_pool_indices')
     st.launch(s)
-    if prefill:
+    if prefill:                       # the prefill rows' positions and KV slots: one launch for both
         stage = self.scratch
-        plens = stage[lay['lengths']:lay['lengths'] + ne]
-        compute_positions(stage[lay['extend_prefix']:lay['extend_prefix'] + ne], plens, prefill, out=self.positions_buf)
-        compute_out_cache_loc(self.out_cache_loc_buf[:prefill], self.req_pool_indices_buf[:ne], plens,
-                              stage[lay['cache_start']:lay['cache_start'] + ne], req_to_page, self.page_size,
-                              self.dummy_kv_slot)
+        compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[lay['extend_prefix']:][:ne],
+                                    stage[lay['lengths']:][:ne], stage[lay['cache_start']:][:ne],
+                                    self.req_pool_indices_buf[:ne], req_to_page, self.page_size, prefill,
+                                    self.dummy_kv_slot)
     self.all_extends_mid_chunk = ne == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return ovr
 

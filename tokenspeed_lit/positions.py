@@ -6,13 +6,14 @@
 from __future__ import annotations
 import torch
 from .core import (check_int_tensor, check_same_len, check_capacity, check_positive, check_int,
-                                 check_out, check_kernel_device, device_checks_enabled, check_values, check_unique)
+                                 check_out, check_kernel_device, check_vectors, device_checks_enabled, check_values, check_unique,
+                                 FastLaunch)
 import triton
 import triton.language as tl
 
 # %% auto #0
 __all__ = ['compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref', 'compute_out_cache_loc',
-           'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding']
+           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -66,11 +67,17 @@ def _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool, pos, page
 
 # %% ../nbs/01_positions.ipynb #51212bb9
 @triton.jit
-def _ragged_kernel(lens_ptr, pos_base_ptr, pos_ptr, start_ptr,
-                   loc_base_ptr, pool_ptr, table_ptr, loc_ptr,
-                   batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
-                   WRITE_POS: tl.constexpr, WRITE_LOC: tl.constexpr,
-                   R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+def _ragged(lens_ptr,        # int32/int64 [batch]: tokens of each request (negative: 0)
+            pos_base_ptr,    # int [batch]: position of each request's first token (WRITE_POS)
+            pos_ptr,         # int64 [total_tokens]: positions out (WRITE_POS)
+            start_ptr,       # int32 [batch]: each request's first token out (WRITE_POS)
+            loc_base_ptr,    # int [batch]: cache position of each request's first token (WRITE_LOC)
+            pool_ptr,        # int [batch]: pool row of each request (WRITE_LOC)
+            table_ptr,       # int [num_rows, width]: page table (WRITE_LOC)
+            loc_ptr,         # int32/int64 [total_tokens]: KV slots out (WRITE_LOC)
+            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
+            WRITE_POS: tl.constexpr, WRITE_LOC: tl.constexpr,
+            R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
     blk = tl.program_id(0)                    # block of R requests
     split = tl.program_id(1)                  # this program's share of the block's token tiles
     nsplit = tl.num_programs(1)
@@ -107,6 +114,31 @@ def _ragged_kernel(lens_ptr, pos_base_ptr, pos_ptr, start_ptr,
                             m & covered, False)
             tl.store(loc_ptr + tok, slot, mask=m)
 
+_RUNTIME_INTS = ['batch', 'total_tokens', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size', 'dummy']
+
+@triton.jit(do_not_specialize=['batch', 'total_tokens'])
+def _positions_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, batch, total_tokens,
+                      R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+    _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, lens_ptr, lens_ptr, lens_ptr, pos_ptr,
+            batch, total_tokens, 0, 0, 0, 0, 1, 0, True, False, R, C, CHUNK)
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
+def _slots_kernel(lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
+                  batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
+                  R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+    _ragged(lens_ptr, lens_ptr, loc_ptr, lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
+            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, False, True, R, C, CHUNK)
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
+def _positions_slots_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
+                            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
+                            R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+    _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
+            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, True, True, R, C, CHUNK)
+
+_positions, _slots, _positions_slots = (FastLaunch(k) for k in (_positions_kernel, _slots_kernel,
+                                                                 _positions_slots_kernel))
+
 def _ragged_grid(batch: int, total_tokens: int, max_split: int = 4096):
     "Blocks of `_R` requests; enough programs per block that each writes about one tile of `_C` tokens."
     nblk = -(-batch // _R)
@@ -116,23 +148,19 @@ def _ragged_grid(batch: int, total_tokens: int, max_split: int = 4096):
 def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, total_tokens: int,
                       out: torch.Tensor | None = None):
     "Positions (int64) of requests laid out back to back, and each request's start (int32); one linear-time launch."
-    check_int_tensor('extend_prefix_lens', extend_prefix_lens, ndim=1)
-    check_int_tensor('extend_seq_lens', extend_seq_lens, ndim=1)
-    batch = check_same_len(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens)
+    batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens)
     total_tokens = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
     device = extend_seq_lens.device
     if out is None: out = torch.empty(total_tokens, dtype=torch.int64, device=device)
-    else: check_out('out', out, total_tokens, dtypes=(torch.int64,))
-    check_kernel_device(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens, out=out)
+    else: check_out('out', out, total_tokens, dtypes=(torch.int64,), device=dev)
     if device_checks_enabled(): _check_ragged_values(extend_seq_lens, 'extend_seq_lens', total_tokens, 'total_tokens',
                                                      prefix=('extend_prefix_lens', extend_prefix_lens))
     start = torch.empty(batch, dtype=torch.int32, device=device)
     if batch and total_tokens:
         lens, prefix = extend_seq_lens.contiguous(), extend_prefix_lens.contiguous()
-        _ragged_kernel[_ragged_grid(batch, total_tokens)](
-            lens, prefix, out, start, lens, lens, lens, out,
-            batch, total_tokens, 0, 0, 0, 0, 1, 0,
-            WRITE_POS=True, WRITE_LOC=False, R=_R, C=_C, CHUNK=_CHUNK)
+        nblk = -(-batch // _R)
+        _positions((nblk, max(1, min(-(-total_tokens // (nblk * _C)), 4096))), lens, prefix, out, start, batch, total_tokens,
+                   R=_R, C=_C, CHUNK=_CHUNK)
     elif batch: start.zero_()
     elif total_tokens: out[:total_tokens].zero_()        # no request: all padding
     return (out if out.numel() == total_tokens else out[:total_tokens]), start
@@ -169,43 +197,68 @@ def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_
     return _pad_to(slots, total_tokens, dummy_slot)
 
 # %% ../nbs/01_positions.ipynb #fa4bc810
-def _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot):
-    "Host checks shared by the KV slot launchers; returns `(page_size, dummy_slot)` as ints."
-    check_out('out_cache_loc', out_cache_loc, 0)
-    check_int_tensor('req_pool_indices', req_pool_indices, ndim=1)
+def _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, device: int):
+    "Host checks shared by the KV slot launchers (the per-request vectors are checked by the caller)."
+    check_out('out_cache_loc', out_cache_loc, 0, device=device)
     check_int_tensor('req_to_page', req_to_page, ndim=2)
     if req_to_page.shape[0] == 0 or req_to_page.shape[1] == 0:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
+    if req_to_page.get_device() != device: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
     bits = 8 * out_cache_loc.element_size() - 1
     return check_positive('page_size', page_size), check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
 
 def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
                           cache_start: torch.Tensor, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
     "Write the KV slot of every token of a ragged batch into `out_cache_loc`, `dummy_slot` past the requests' tokens."
-    page_size, dummy_slot = _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
-    check_int_tensor('input_lengths', input_lengths, ndim=1)
-    check_int_tensor('cache_start', cache_start, ndim=1)
-    batch = check_same_len(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
-    check_kernel_device(out_cache_loc=out_cache_loc, req_pool_indices=req_pool_indices, input_lengths=input_lengths,
-                      cache_start=cache_start, req_to_page=req_to_page)
+    batch, dev = check_vectors(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
     total = check_int('out_cache_loc.numel()', out_cache_loc.numel(), hi=_MAX_TOKENS)
     if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_loc.numel()',
                                                      prefix=('cache_start', cache_start), pool=req_pool_indices,
                                                      rows=req_to_page.shape[0])
     if batch and total:
         lens = input_lengths.contiguous()
-        _ragged_kernel[_ragged_grid(batch, total)](
-            lens, lens, out_cache_loc, lens, cache_start.contiguous(), req_pool_indices.contiguous(), req_to_page,
-            out_cache_loc, batch, total, req_to_page.stride(0), req_to_page.stride(1), req_to_page.shape[0],
-            req_to_page.shape[1], page_size, dummy_slot,
-            WRITE_POS=False, WRITE_LOC=True, R=_R, C=_C, CHUNK=_CHUNK)
+        _slots(_ragged_grid(batch, total), lens, cache_start.contiguous(), req_pool_indices.contiguous(), req_to_page,
+               out_cache_loc, batch, total, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
+               R=_R, C=_C, CHUNK=_CHUNK)
     elif total: out_cache_loc.fill_(dummy_slot)          # no request: all padding
     return out_cache_loc
 
+# %% ../nbs/01_positions.ipynb #f854b028
+def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Tensor, extend_prefix_lens: torch.Tensor,
+                                extend_seq_lens: torch.Tensor, cache_start: torch.Tensor, req_pool_indices: torch.Tensor,
+                                req_to_page: torch.Tensor, page_size: int, total_tokens: int, dummy_slot: int = 0,
+                                extend_start_loc: torch.Tensor | None = None):
+    "`compute_positions` and `compute_out_cache_loc` of the same requests in one launch (`total_tokens` of each)."
+    batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens,
+                               cache_start=cache_start, req_pool_indices=req_pool_indices)
+    T = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
+    check_out('positions', positions, T, dtypes=(torch.int64,), device=dev)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
+    check_capacity('out_cache_loc', out_cache_loc, T)
+    if extend_start_loc is None: extend_start_loc = torch.empty(batch, dtype=torch.int32, device=extend_seq_lens.device)
+    else: check_out('extend_start_loc', extend_start_loc, batch, dtypes=(torch.int32,), device=dev)
+    if device_checks_enabled(): _check_ragged_values(extend_seq_lens, 'extend_seq_lens', T, 'total_tokens',
+                                                     prefix=('extend_prefix_lens', extend_prefix_lens),
+                                                     pool=req_pool_indices, rows=req_to_page.shape[0])
+    if batch and T:
+        nblk = -(-batch // _R)
+        _positions_slots((nblk, max(1, min(-(-T // (nblk * _C)), 4096))), extend_seq_lens.contiguous(),
+                         extend_prefix_lens.contiguous(), positions, extend_start_loc, cache_start.contiguous(),
+                         req_pool_indices.contiguous(), req_to_page, out_cache_loc, batch, T, *req_to_page.stride(),
+                         *req_to_page.shape, page_size, dummy_slot, R=_R, C=_C, CHUNK=_CHUNK)
+    elif T: positions[:T].zero_(); out_cache_loc[:T].fill_(dummy_slot)      # no request: all padding
+    elif batch: extend_start_loc[:batch].zero_()                            # no token: every request starts at 0
+    return positions[:T], out_cache_loc[:T], extend_start_loc[:batch]
+
 # %% ../nbs/01_positions.ipynb #8b023dda
-@triton.jit
-def _uniform_kernel(pool_ptr, start_ptr, table_ptr, loc_ptr, batch, L, stride_row, stride_col, num_rows, width,
-                    page_size, dummy, SLIDING: tl.constexpr, R: tl.constexpr, LP: tl.constexpr):
+@triton.jit(do_not_specialize=['batch', 'L', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size', 'dummy'])
+def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request
+                    start_ptr,      # int [batch]: cache position of each request's first token
+                    table_ptr,      # int [num_rows, width]: page table
+                    loc_ptr,        # int32/int64 [batch * L]: KV slots out
+                    batch, L, stride_row, stride_col, num_rows, width, page_size, dummy,
+                    SLIDING: tl.constexpr, R: tl.constexpr, LP: tl.constexpr):
     req = tl.program_id(0) * R + tl.arange(0, R)
     live = req < batch
     pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
@@ -217,15 +270,14 @@ def _uniform_kernel(pool_ptr, start_ptr, table_ptr, loc_ptr, batch, L, stride_ro
                     SLIDING)
     tl.store(loc_ptr + req[:, None].to(tl.int64) * L + j[None, :], slot, mask=m)
 
+_uniform = FastLaunch(_uniform_kernel)
+
 def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page, page_size,
                     dummy_slot, sliding):
-    page_size, dummy_slot = _check_table_args(out_cache_loc, req_pool_indices, req_to_page, page_size, dummy_slot)
-    check_int_tensor('cache_start', cache_start, ndim=1)
-    batch = check_same_len(req_pool_indices=req_pool_indices, cache_start=cache_start)
+    batch, dev = check_vectors(req_pool_indices=req_pool_indices, cache_start=cache_start)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
     L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
     check_capacity('out_cache_loc', out_cache_loc, batch * L)
-    check_kernel_device(out_cache_loc=out_cache_loc, req_pool_indices=req_pool_indices, cache_start=cache_start,
-                      req_to_page=req_to_page)
     if device_checks_enabled():
         check_values('cache_start', cache_start, lo=0)
         check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
@@ -233,10 +285,9 @@ def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache
     if batch and L:
         LP = triton.next_power_of_2(L)
         R = max(1, min(128, 1024 // LP))
-        _uniform_kernel[(triton.cdiv(batch, R),)](
-            req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page, out_cache_loc, batch, L,
-            req_to_page.stride(0), req_to_page.stride(1), req_to_page.shape[0], req_to_page.shape[1],
-            page_size, dummy_slot, SLIDING=sliding, R=R, LP=LP)
+        _uniform((triton.cdiv(batch, R),), req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page,
+                 out_cache_loc, batch, L, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
+                 SLIDING=sliding, R=R, LP=LP)
     return out_cache_loc
 
 def compute_out_cache_loc_uniform(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor,
