@@ -93,8 +93,8 @@ def test_work_follows_the_output_not_the_lengths():
 
 def test_debug_mode_from_the_environment():
     code = ('import torch\nfrom tokenspeed_lit import core\nfrom tokenspeed_lit.positions import compute_positions\n'
-            'print(core.CHECK_DEVICE_VALUES)\n'
-            'try: compute_positions(torch.tensor([0]), torch.tensor([-2]), 1)\n'
+            'print(core.CHECK_DEVICE_VALUES)\nd = core.default_device()\n'
+            'try: compute_positions(torch.tensor([0], device=d), torch.tensor([-2], device=d), 1)\n'
             'except ValueError as e: print(e)\n')
     env = {k: v for k, v in os.environ.items() if k != 'TOKENSPEED_LIT_CHECK'}
     on = subprocess.run([sys.executable, '-c', code], env={**env, 'TOKENSPEED_LIT_CHECK': '1'}, capture_output=True,
