@@ -10,7 +10,7 @@ import torch
 from fastcore.basics import patch
 from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
                                  new_event, synchronize, capture as _capture,   # first: it decides TRITON_INTERPRET
-                                 check_int, check_out, check_kernel_device, int_list, InputTypeError,
+                                 check_int, check_out, int_list, InputTypeError,
                                  device_checks_enabled, check_values, check_unique)
 import triton
 import triton.language as tl

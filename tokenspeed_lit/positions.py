@@ -5,8 +5,8 @@
 # %% ../nbs/01_positions.ipynb #09398f09
 from __future__ import annotations
 import torch
-from .core import (check_int_tensor, check_same_len, check_capacity, check_positive, check_int,
-                                 check_out, check_kernel_device, check_vectors, device_checks_enabled, check_values, check_unique,
+from .core import (check_int_tensor, check_capacity, check_positive, check_int,
+                                 check_out, check_vectors, device_checks_enabled, check_values, check_unique,
                                  FastLaunch)
 import triton
 import triton.language as tl
@@ -158,8 +158,7 @@ def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.T
     start = torch.empty(batch, dtype=torch.int32, device=device)
     if batch and total_tokens:
         lens, prefix = extend_seq_lens.contiguous(), extend_prefix_lens.contiguous()
-        nblk = -(-batch // _R)
-        _positions((nblk, max(1, min(-(-total_tokens // (nblk * _C)), 4096))), lens, prefix, out, start, batch, total_tokens,
+        _positions(_ragged_grid(batch, total_tokens), lens, prefix, out, start, batch, total_tokens,
                    R=_R, C=_C, CHUNK=_CHUNK)
     elif batch: start.zero_()
     elif total_tokens: out[:total_tokens].zero_()        # no request: all padding
@@ -242,8 +241,7 @@ def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Te
                                                      prefix=('extend_prefix_lens', extend_prefix_lens),
                                                      pool=req_pool_indices, rows=req_to_page.shape[0])
     if batch and T:
-        nblk = -(-batch // _R)
-        _positions_slots((nblk, max(1, min(-(-T // (nblk * _C)), 4096))), extend_seq_lens.contiguous(),
+        _positions_slots(_ragged_grid(batch, T), extend_seq_lens.contiguous(),
                          extend_prefix_lens.contiguous(), positions, extend_start_loc, cache_start.contiguous(),
                          req_pool_indices.contiguous(), req_to_page, out_cache_loc, batch, T, *req_to_page.stride(),
                          *req_to_page.shape, page_size, dummy_slot, R=_R, C=_C, CHUNK=_CHUNK)
