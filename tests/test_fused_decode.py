@@ -296,32 +296,23 @@ def test_bad_step_input_touches_nothing(call, msg):
     step([3], 1)                       # and the step still works
 
 
+def prep(out_cache_loc, positions, seq_lens_out):
+    "fused_decode_input_prep of two pool rows (width 2, page size 4) into the given outputs."
+    return fused_decode_input_prep(out_cache_loc, positions, seq_lens_out, torch.zeros(2, dtype=torch.int64, device=DEV),
+                                   torch.zeros(2, dtype=torch.int32, device=DEV), 2,
+                                   torch.ones(2, 2, dtype=torch.int32, device=DEV), 4)
+
+
 @pytest.mark.parametrize('call, msg', [
     (lambda: FusedDecodeStep.create(2, 4, 4, device=DEV)([1], 1), 'bind the step'),
     (lambda: FusedDecodeStep(PaddedBuffers(2, 4, 0, 0, device=DEV), 4), 'buffers.scratch has 0 int32'),
     (lambda: FusedDecodeStep.create(2, 4, 0, device=DEV), 'page_size must be a positive integer'),
     (lambda: FusedDecodeStep.create(2, 4, 4.0, device=DEV), 'page_size must be a positive integer, got 4.0'),
-    (lambda: fused_decode_input_prep(*[torch.empty(4, dtype=torch.int16, device=DEV)] * 3,
-                                     torch.zeros(2, dtype=torch.int64, device=DEV),
-                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
-                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
-     'out_cache_loc must be int32 or int64, got torch.int16'),
-    (lambda: fused_decode_input_prep(*[torch.empty(4, dtype=torch.int32, device=DEV)] * 3,
-                                     torch.zeros(2, dtype=torch.int64, device=DEV),
-                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
-                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
-     'positions must be int64, got torch.int32'),
-    (lambda: fused_decode_input_prep(torch.empty(4, dtype=torch.int32, device=DEV),
-                                     torch.empty(4, dtype=torch.int64, device=DEV),
-                                     torch.empty(2, dtype=torch.uint8, device=DEV),
-                                     torch.zeros(2, dtype=torch.int64, device=DEV),
-                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
-                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4),
-     'seq_lens_out must be int32 or int64, got torch.uint8'),
-    (lambda: fused_decode_input_prep(*[torch.empty(2, dtype=torch.int32, device=DEV)] * 3,
-                                     torch.zeros(2, dtype=torch.int64, device=DEV),
-                                     torch.zeros(2, dtype=torch.int32, device=DEV), 2,
-                                     torch.ones(2, 2, dtype=torch.int32, device=DEV), 4), 'out_cache_loc has 2 elements'),
+    (lambda: prep(*[torch.empty(4, dtype=torch.int16, device=DEV)] * 3), 'out_cache_loc must be int32 or int64, got torch.int16'),
+    (lambda: prep(*[torch.empty(4, dtype=torch.int32, device=DEV)] * 3), 'positions must be int64, got torch.int32'),
+    (lambda: prep(torch.empty(4, dtype=torch.int32, device=DEV), torch.empty(4, dtype=torch.int64, device=DEV),
+                  torch.empty(2, dtype=torch.uint8, device=DEV)), 'seq_lens_out must be int32 or int64, got torch.uint8'),
+    (lambda: prep(*[torch.empty(2, dtype=torch.int32, device=DEV)] * 3), 'out_cache_loc has 2 elements'),
 ])
 def test_bad_construction(call, msg):
     with pytest.raises(ValueError, match=msg):
