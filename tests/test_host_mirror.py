@@ -82,14 +82,15 @@ def pair_sets(draw, mirror):
     return list(zip(d, h))
 
 
-@given(any_pool, st.integers(1, 6), st.sampled_from(TRANSPORTS), st.booleans(), st.data())
-def test_round_trip_is_byte_exact_and_leaves_other_pages_alone(pool, host_pages, transport, as_tensor, data):
+@given(any_pool, st.integers(1, 6), st.sampled_from(TRANSPORTS), st.booleans(), st.booleans(), st.data())
+def test_round_trip_is_byte_exact_and_leaves_other_pages_alone(pool, host_pages, transport, as_tensor, background, data):
+    "background: the calls go through the mirror's issue thread and return pending events; the bytes are the same."
     m = FlatHostMirror(pool, host_pages, transport=transport)
     pairs = data.draw(pair_sets(m))
     arg = torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2) if as_tensor else pairs
     fill(m, seed=1)
     m.host_pages.fill_(0xAB)
-    m.store_pages(arg)
+    m.store_pages(arg, background=background)
     synchronize()
     stored = {h: d for d, h in pairs}
     for i, ((t, host), span) in enumerate(zip(m.tensor_pairs, m.row_spans)):
@@ -100,7 +101,7 @@ def test_round_trip_is_byte_exact_and_leaves_other_pages_alone(pool, host_pages,
     # now overwrite the device side with other patterns and load the stored pages back elsewhere
     pats = fill(m, seed=2)
     loads = [(d, h) for (d, h) in zip(data.draw(st.permutations(range(m.num_device_pages))), list(stored))]
-    evs = m.load_pages_with_events(loads)
+    evs = m.load_pages_with_events(loads, background=background)
     for e in evs: e.synchronize()
     loaded = dict(loads)
     for i, ((t, host), span) in enumerate(zip(m.tensor_pairs, m.row_spans)):
@@ -215,3 +216,27 @@ def test_malformed_pairs_are_named(pairs, msg):
         with pytest.raises(ValueError) as e:
             call(pairs)
         assert msg in str(e.value)
+
+
+def test_background_calls_keep_call_order_and_report_failures():
+    """A background store, then a plain load of the same pages: the load sees the stored bytes (calls run in call
+    order); a background call that fails raises from its events, and the mirror goes on working."""
+    from tokenspeed_lit.core import PendingEvent
+    pool = PagedKVPool(5, 2, 2, 1, 4, device=DEV)
+    m = FlatHostMirror(pool, 4)
+    pats = fill(m, seed=3)
+    for (t, _), span in zip(m.tensor_pairs, m.row_spans): t[3 * span:].zero_()
+    synchronize()
+    done = m.store_pages([(1, 0), (2, 3)], background=True)
+    assert isinstance(done, PendingEvent)
+    m.load_pages([(3, 0), (4, 3)]); synchronize()     # issued after the store: reads what it wrote
+    for i, ((t, _), span) in enumerate(zip(m.tensor_pairs, m.row_spans)):
+        w = pats[i].view(m.num_device_pages, -1)
+        assert torch.equal(dev_bytes(t, 3, span), w[1]) and torch.equal(dev_bytes(t, 4, span), w[2])
+    real = m._transport.move
+    def broken(*a, **k): raise RuntimeError('driver said no')
+    m._transport.move = broken
+    evs = m.load_pages_with_events([(1, 0)], background=True)
+    with pytest.raises(RuntimeError, match='background call'): evs[0].synchronize()
+    m._transport.move = real
+    m.load_pages([(1, 0)]); synchronize()                    # the issue thread survived the failure

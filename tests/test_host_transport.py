@@ -177,8 +177,9 @@ def test_fence_groups_never_split_a_layer():
 
 
 @pytest.mark.skipif(not HAS_ACCEL, reason='needs a GPU: streams and events are real only there')
-@pytest.mark.parametrize('transport', ['slices', 'zero_copy', 'staged'])
-def test_gpu_layerwise_fencing_reads_only_landed_layers(transport):
+@pytest.mark.parametrize('transport,background', [('slices', False), ('zero_copy', False), ('staged', False),
+                                                  ('staged', True), ('zero_copy', True)])
+def test_gpu_layerwise_fencing_reads_only_landed_layers(transport, background):
     "A consumer stream that waits on one layer's events, then copies that layer, sees the loaded bytes."
     L, pages, ps = 8, 64, 16
     pool = PagedKVPool(pages + 1, ps, L, 8, 128, device=DEV)
@@ -190,7 +191,8 @@ def test_gpu_layerwise_fencing_reads_only_landed_layers(transport):
     for t, _ in m.tensor_pairs: t.zero_()
     xfer, consumer = new_stream(), new_stream()
     synchronize()
-    evs = m.load_pages_with_events(pairs, stream=xfer)
+    if background: m.warmup()
+    evs = m.load_pages_with_events(pairs, stream=xfer, background=background)
     got = []
     with use_stream(consumer):
         for l in range(L):

@@ -15,9 +15,9 @@ from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_eve
 
 # %% auto #0
 __all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'Stamp', 'forward_unit',
-           'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'bench_host_interference',
-           'bench_layerwise', 'host_tier_goals', 'engine_compute_positions', 'EngineInputBuffers',
-           'bench_host_overhead']
+           'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'launch_cost_beside',
+           'bench_host_interference', 'bench_layerwise', 'host_tier_goals', 'engine_compute_positions',
+           'EngineInputBuffers', 'bench_host_overhead']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -280,6 +280,24 @@ def dma_transfer(host: torch.Tensor, dev_buf: torch.Tensor, nbytes: int, to_host
                 else: copy_to(dev_buf[:k], host[o:o + k])
     return transfer
 
+# %% ../nbs/90_benchmarking.ipynb #cedbb242
+def _launch_us(device, n: int = 300) -> float:
+    "Host µs per eager launch of a small kernel: what an engine's forward pays per op on its own thread."
+    x = torch.zeros(1024, device=device)
+    t0 = time.perf_counter()
+    for _ in range(n): x.add_(1)
+    return 1e6 * (time.perf_counter() - t0) / n
+
+def launch_cost_beside(call, device=None, reps: int = 5) -> dict:
+    "Host µs per eager launch alone, and right after `call()` handed a background call to the issue thread."
+    device = as_device(device)
+    alone, beside = [], []
+    for _ in range(reps):
+        synchronize(device); alone.append(_launch_us(device))
+        synchronize(device); call(); beside.append(_launch_us(device))
+    synchronize(device)
+    return dict(launch_us_alone=statistics.median(alone), launch_us_beside=statistics.median(beside))
+
 # %% ../nbs/90_benchmarking.ipynb #1403dbf6
 def _release_host_cache():
     "Give cached pinned host blocks back to the system (between page sizes of a large benchmark)."
@@ -334,6 +352,14 @@ def bench_host_interference(page_sizes=(4, 16, 64, 256), pages: int = 1024, num_
                                   issue_busy_us=host_issue_us(fn, device, iters=5, warmup=2, busy_us=20000, burst=2,
                                                               rounds=2)))
                 progress(hosts[-1])
+            for op, fn in (('store', lambda: m.store_pages(sub, background=True)),
+                           ('load', lambda: m.load_pages(sub, background=True)),
+                           ('load+events', lambda: m.load_pages_with_events(sub, background=True))):
+                hosts.append(dict(transport=name, op=op + ' (background)', page_size=ps, pages=len(sub),
+                                  fence_groups=m.fence_groups,
+                                  issue_busy_us=host_issue_us(fn, device, iters=5, warmup=2, busy_us=20000, burst=2,
+                                                              rounds=2), **launch_cost_beside(fn, device)))
+                progress(hosts[-1])
         del m, pool, dev_buf, dma
         _release_host_cache()
     return dict(rows=rows, host=hosts, env=env_info(device))
@@ -341,8 +367,9 @@ def bench_host_interference(page_sizes=(4, 16, 64, 256), pages: int = 1024, num_
 # %% ../nbs/90_benchmarking.ipynb #5a8cb212
 def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int = 1024, num_layers: int = 32,
                     num_kv_heads: int = 8, head_dim: int = 128, trials: int = 5, device=None, seed: int = 0,
-                    layer_size: int | None = None) -> dict:
+                    layer_size: int | None = None, background: bool = False) -> dict:
     "A fenced load (one event per layer) beside a `num_layers`-layer forward that waits on each layer's events."
+    # background: the load is issued by the mirror's issue thread; the forward's thread issues layer i once its events exist
     from tokenspeed_lit.kv_pool import PagedKVPool
     from tokenspeed_lit.host_mirror import FlatHostMirror
     device, rng = as_device(device), np.random.default_rng(seed)
@@ -354,7 +381,9 @@ def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int =
     m.store_pages(pairs)
     side = new_stream(device)
     def load_ms():
-        a = Stamp(side, device); m.load_pages_with_events(pairs, side); b = Stamp(side, device)
+        a = Stamp(side, device)
+        for e in m.load_pages_with_events(pairs, side, background=background): wait_event(e, side)
+        b = Stamp(side, device)
         synchronize(device); return a.ms_to(b)
     load = statistics.median(load_ms() for _ in range(3))
     n = layer_size or (4096 if gpu else 16)
@@ -382,7 +411,7 @@ def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int =
         forward = s0.ms_to(en[-1])
         synchronize(device)
         h0 = time.perf_counter(); t_load = Stamp(side, device)
-        evs = m.load_pages_with_events(pairs, side)
+        evs = m.load_pages_with_events(pairs, side, background=background)
         issue_ms = 1e3 * (time.perf_counter() - h0)
         st, en = run(evs)
         synchronize(device)
@@ -390,7 +419,7 @@ def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int =
                                layers=[(t_load.ms_to(a), t_load.ms_to(b)) for a, b in zip(st, en)]))
     mid = sorted(trials_out, key=lambda t: t['overlapped'])[len(trials_out) // 2]
     forward = statistics.median(t['forward'] for t in trials_out)
-    return dict(transport=transport, page_size=page_size, pages=pages, fence_groups=m.fence_groups,
+    return dict(transport=transport, background=background, page_size=page_size, pages=pages, fence_groups=m.fence_groups,
                 load_ms=load, forward_ms=forward, overlapped_ms=mid['overlapped'], layer_load_ms=load / num_layers,
                 issue_ms=statistics.median(t['issue_ms'] for t in trials_out), products_per_layer=reps,
                 layers=mid['layers'])
@@ -403,8 +432,10 @@ def host_tier_goals(d: dict) -> list[dict]:
     bw = min(r['overlapped_GBps'] / r['dma_overlapped_GBps'] for r in rows)
     slow = max(r['forward_slowdown_pct'] - r['dma_forward_slowdown_pct'] for r in rows)
     alone = min(r['alone_GBps'] / r['dma_alone_GBps'] for r in rows)
-    first = max(h['first_call_over_steady'] for h in d['host'] if h['transport'] == name)
-    issue = max(h['issue_busy_us'] for h in d['host'] if h['transport'] == name)
+    calls = [h for h in d['host'] if h['transport'] == name]
+    bg = [h for h in calls if h['op'].endswith('(background)')]     # what an engine that cares about host time uses
+    issue = max(h['issue_busy_us'] for h in bg or calls)
+    first = max(h['first_call_over_steady'] for h in calls if 'first_call_over_steady' in h)
     lw = d['layerwise']
     bound = max(lw['load_ms'], lw['forward_ms']) + lw['layer_load_ms']
     return [dict(goal='overlapped GB/s >= 90% of the DMA bound beside the same forward', measured=f'worst {bw:.0%}',
@@ -414,10 +445,10 @@ def host_tier_goals(d: dict) -> list[dict]:
             dict(goal='alone >= 90% of the link', measured=f'worst {alone:.0%}', met=alone >= .9),
             dict(goal='first call of each kind after warmup() <= 1.5x steady', measured=f'worst {first:.2f}x',
                  met=first <= 1.5),
-            dict(goal='<= 200 us host time per 256-page call, GPU busy', measured=f'worst {issue:.0f} us',
+            dict(goal='<= 200 us host time per 256-page call, GPU busy', measured=f"worst {issue:.0f} us{' (background calls)' if bg else ''}",
                  met=issue <= 200),
             dict(goal='layer-wise load within max(load, forward) + one layer of load',
-                 measured=f"{lw['overlapped_ms']:.1f} ms vs {bound:.1f} ms", met=lw['overlapped_ms'] <= bound)]
+                 measured=f"{lw['overlapped_ms']:.1f} ms vs {bound:.1f} ms{' (background)' if lw.get('background') else ''}", met=lw['overlapped_ms'] <= bound)]
 
 # %% ../nbs/90_benchmarking.ipynb #9e182dbe
 import triton

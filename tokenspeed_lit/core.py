@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #fc53c635
 from __future__ import annotations
-import os, contextlib, gc, operator
+import os, atexit, contextlib, gc, operator, queue, threading, weakref
 from collections.abc import Callable, Sequence
 import numpy as np
 import torch
@@ -13,12 +13,12 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['HAS_ACCEL', 'OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'triton_interpreted', 'default_device', 'as_device', 'is_accel',
            'num_sms', 'host_empty', 'host_full', 'CompletedEvent', 'new_stream', 'current_stream', 'use_stream',
-           'new_event', 'record_event', 'wait_event', 'synchronize', 'copy_to', 'copy_many', 'to_device_async',
-           'raw_stream', 'batch_dma_available', 'copy_batch', 'FastLaunch', 'Captured', 'capture', 'dist_backend',
-           'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError', 'check_int', 'int_list', 'int_seq',
-           'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len', 'check_capacity', 'check_positive',
-           'check_same_device', 'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values',
-           'check_unique']
+           'new_event', 'record_event', 'wait_event', 'synchronize', 'on_device', 'PendingEvent', 'BackgroundIssuer',
+           'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch', 'FastLaunch',
+           'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError',
+           'check_int', 'int_list', 'int_seq', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len',
+           'check_capacity', 'check_positive', 'check_same_device', 'check_kernel_device', 'device_checks_enabled',
+           'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -104,10 +104,82 @@ def wait_event(event, stream=None):
     if isinstance(event, CompletedEvent): return
     event.wait(stream) if stream is not None else event.wait()
 
+_ISSUERS = weakref.WeakSet()   # every live `BackgroundIssuer`: `synchronize` waits for their queued calls first
+
 def synchronize(device=None):
-    "Block the host until `device` is idle (a no-op on the CPU, where all work is already done)."
+    "Block the host until every background call is issued and `device` is idle (on the CPU: until they have run)."
+    for issuer in list(_ISSUERS): issuer.drain()
     device = as_device(device)
     if is_accel(device): torch.cuda.synchronize(device)
+
+def on_device(device):
+    "Context manager making `device` the current CUDA device (a thread starts on device 0); a no-op on the CPU."
+    device = as_device(device)
+    return torch.cuda.device(device) if is_accel(device) else contextlib.nullcontext()
+
+# %% ../nbs/00_core.ipynb #1e131ae6
+class PendingEvent:
+    "An event another thread records later; `wait`, `synchronize` and `query` act as a `torch.cuda.Event`'s do."
+    __slots__ = ('_cond', 'event', 'error')
+    def __init__(self, cond: threading.Condition | None = None):
+        # the events of one call share one condition: a condition costs microseconds, a call hands out dozens of events
+        self._cond, self.event, self.error = cond or threading.Condition(threading.Lock()), None, None
+
+    def set(self, event=None, error: BaseException | None = None) -> PendingEvent:
+        "Resolve to `event` (or to `error`, which every later `wait` raises); whoever was blocked goes on."
+        with self._cond:
+            if not self.resolved:
+                self.event, self.error = (event if event is not None else CompletedEvent()), error
+                self._cond.notify_all()
+        return self
+
+    @property
+    def resolved(self) -> bool: return self.event is not None
+
+    def _get(self):
+        with self._cond:
+            while not self.resolved: self._cond.wait()
+        if self.error is not None:
+            raise RuntimeError('the background call that was to record this event failed') from self.error
+        return self.event
+
+    def wait(self, stream=None): wait_event(self._get(), stream)
+    def synchronize(self): self._get().synchronize()
+    def query(self) -> bool: return self.resolved and self._get().query()
+    def __repr__(self): return f'PendingEvent({self.event!r})' if self.resolved else 'PendingEvent(pending)'
+
+# %% ../nbs/00_core.ipynb #5213bc60
+class BackgroundIssuer:
+    "One daemon thread that runs queued jobs in order, so that the thread calling `submit` returns at once."
+    def __init__(self, name: str = 'tokenspeed_lit-issue'):
+        self.jobs = queue.Queue()
+        # the thread holds the queue, not the issuer: an issuer nobody references is collected and its thread ends
+        self.thread = threading.Thread(target=self._run, args=(self.jobs,), name=name, daemon=True)
+        self.thread.start()
+        weakref.finalize(self, self.jobs.put, None)
+        _ISSUERS.add(self)
+
+    @staticmethod
+    def _run(jobs: queue.Queue):
+        while True:
+            job = jobs.get()
+            try:
+                if job is None: return
+                job()            # a job reports its own failure (to its pending events); the thread goes on
+            except BaseException: pass
+            finally: jobs.task_done()
+
+    def submit(self, job: Callable[[], None]): self.jobs.put(job)
+
+    def drain(self):
+        "Block until every job submitted so far has run (a no-op on the issuer's own thread: it would wait on itself)."
+        if threading.current_thread() is not self.thread: self.jobs.join()
+
+@atexit.register
+def _stop_issuers():
+    "At exit, let each issue thread finish its queue and end, rather than be killed inside a driver call."
+    for issuer in list(_ISSUERS):
+        issuer.jobs.put(None); issuer.thread.join(timeout=10)
 
 # %% ../nbs/00_core.ipynb #a184a727
 def copy_to(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

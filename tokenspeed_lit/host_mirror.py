@@ -4,13 +4,15 @@
 
 # %% ../nbs/06_host_mirror.ipynb #2c3d481a
 from __future__ import annotations
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 import numpy as np
 import torch
 from fastcore.basics import patch
 from .core import (is_accel, host_full, use_stream, record_event, copy_to, check_positive,
-                                 check_int_tensor, check_same_device)
+                                 check_int_tensor, check_same_device, new_stream, wait_event, on_device,
+                                 BackgroundIssuer, PendingEvent)
 
 # %% auto #0
 __all__ = ['TRANSPORTS', 'ACCEL_TRANSPORT', 'flat_bytes_per_host_page', 'Transport', 'SliceTransport', 'IndexTransport',
@@ -108,14 +110,17 @@ class Transport:
     def run(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
         "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
         raise NotImplementedError
-    def move(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream) -> list:
+    def move(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream,
+             on_group=None) -> list:
         "Run the copies on `stream`; with `events`, one event per tensor (recorded after its group), else `None`."
+        # on_group(i, event): called as soon as group i's event is recorded (a background call hands it on at once)
         m = self.mirror
         out: list = [None] * len(m.tensor_pairs)
         def done(i: int):
             if not events: return
             ev = record_event(stream, m.device)
             for t in groups[i]: out[t] = ev
+            if on_group is not None: on_group(i, ev)
         with use_stream(stream):
             if len(pages): self.run(pages, to_host, groups, done)
             else:
@@ -182,6 +187,7 @@ class FlatHostMirror:
             for t, s, hb in zip(plan.tensors, plan.spans, self._host_bytes))
         self.row_spans = plan.spans
         self.issue_order = plan.order
+        self._issuer = self._issue_stream = None   # the background thread, made by the first background call
         self.transport = transport if transport is not None else default_transport(self.device)
         self.fence_groups = fence_groups
 
@@ -205,6 +211,7 @@ def transport(self: FlatHostMirror) -> str:
 
 @patch(set_prop=True)
 def transport(self: FlatHostMirror, name: str):
+    if self._issuer is not None: self._issuer.drain()     # queued calls finish on the transport they were made for
     self._transport = _transport_class(name)(self)
     if getattr(self, '_fence_request', 'unset') != 'unset': self.fence_groups = self._fence_request
 
@@ -294,21 +301,50 @@ def _pages(self: FlatHostMirror, pairs, to_host: bool) -> np.ndarray:
 
 # %% ../nbs/06_host_mirror.ipynb #6340dda6
 @patch
-def _move(self: FlatHostMirror, pairs, stream, to_host: bool, events: bool):
-    pages = self._pages(pairs, to_host)
-    return self._transport.move(pages, to_host, self._groups if events else [self.issue_order], events, stream)
+def _move(self: FlatHostMirror, pairs, stream, to_host: bool, events: bool, background: bool = False):
+    pages, groups = self._pages(pairs, to_host), (self._groups if events else [self.issue_order])
+    if background: return self._submit(pages, to_host, groups, events, stream)
+    if self._issuer is not None: self._issuer.drain()   # calls are issued in call order, by one thread at a time
+    return self._transport.move(pages, to_host, groups, events, stream)
 
 @patch
-def store_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None) -> None:
+def store_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None, background: bool = False):
     "Copy each `(device_page, host_page)` pair device -> host on `stream` (None: the current stream)."
-    self._move(pairs, stream, to_host=True, events=False)
+    return self._move(pairs, stream, to_host=True, events=False, background=background)
 
 @patch
-def load_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None) -> None:
+def load_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None, background: bool = False):
     "Copy each `(device_page, host_page)` pair host -> device on `stream`."
-    self._move(pairs, stream, to_host=False, events=False)
+    return self._move(pairs, stream, to_host=False, events=False, background=background)
 
 @patch
-def load_pages_with_events(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None) -> list:
+def load_pages_with_events(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None,
+                           background: bool = False) -> list:
     "`load_pages`, returning one event per device tensor (`tensor_pairs` order), recorded after that tensor's copies."
-    return self._move(pairs, stream, to_host=False, events=True)
+    return self._move(pairs, stream, to_host=False, events=True, background=background)
+
+# %% ../nbs/06_host_mirror.ipynb #13126f16
+@patch
+def _submit(self: FlatHostMirror, pages: np.ndarray, to_host: bool, groups, events: bool, stream):
+    "Queue one checked call on the mirror's issue thread; return pending events in place of the ones it will record."
+    if self._issuer is None: self._issuer, self._issue_stream = BackgroundIssuer(), new_stream(self.device)
+    start = record_event(stream, self.device)          # the call's place on the caller's stream, taken now
+    cond = threading.Condition(threading.Lock())
+    pend = [PendingEvent(cond) for _ in (groups if events else [None])]
+    transport, side, device = self._transport, self._issue_stream, self.device
+    def job():
+        try:
+            with on_device(device), use_stream(side):
+                wait_event(start, side)
+                out = transport.move(pages, to_host, groups, events, side, on_group=lambda i, ev: pend[i].set(ev))
+                if events:
+                    for p, g in zip(pend, groups): p.set(out[g[0]])       # no-op for groups already handed on
+                else: pend[0].set(record_event(side, device))
+        except BaseException as e:
+            for p in pend: p.set(error=e)
+    self._issuer.submit(job)
+    if not events: return pend[0]
+    out = [None] * len(self.tensor_pairs)
+    for p, g in zip(pend, groups):
+        for t in g: out[t] = p
+    return out

@@ -157,7 +157,7 @@ class ZeroCopyTransport(Transport):
             for t in group: per_tensor[t] = ev
         return call, per_tensor
 
-    def move(self, pages, to_host, groups, events, stream):
+    def move(self, pages, to_host, groups, events, stream, on_group=None):   # events: all at the call's end
         if not len(pages): return super().move(pages, to_host, groups, events, stream)
         key, cap = (to_host, tuple(groups) if events else None), self.pairs_per_call
         with use_stream(stream):
@@ -324,8 +324,8 @@ def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
     self.ids.done[slot].record(ks); self.free[b].record(ks)
 
 @patch
-def move(self: StagedTransport, pages, to_host, groups, events, stream):
-    if not len(pages): return Transport.move(self, pages, to_host, groups, events, stream)
+def move(self: StagedTransport, pages, to_host, groups, events, stream, on_group=None):
+    if not len(pages): return Transport.move(self, pages, to_host, groups, events, stream, on_group)
     m, ks = self.mirror, self.kernel_stream
     start = record_event(stream, m.device)                        # the call's place on the caller's stream
     wait_event(start, ks); wait_event(start, self.copy_stream)
@@ -336,11 +336,12 @@ def move(self: StagedTransport, pages, to_host, groups, events, stream):
         for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=False): self._load_chunk(pages[c0:c1])
         last = self.free[(self._next - 1) % len(self.copiers)]
     else:                                                         # fenced: group by group, each group's bytes
-        for group in groups:
+        for gi, group in enumerate(groups):
             cap = self._group_copier(0, group)[1]
             for c0, c1 in _chunks(len(pages), cap, small_first=False): self._load_chunk(pages[c0:c1], group)
             last = record_event(ks, m.device)
             for t in group: out[t] = last
+            if on_group is not None: on_group(gi, last)   # a background call hands it on now
     wait_event(last, stream)                                      # the caller's stream: after the whole call
     return out if events else None
 
