@@ -16,7 +16,7 @@ endif
 NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
 RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
 
-.PHONY: help install test check-export nbtest pytest demo bench readme docs outputs clean
+.PHONY: help install test check-export nbtest pytest demo bench readme docs docs-serve outputs clean
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench  - GPU benchmarks side by side in one run, then the Performance page (NOVENV=1: no venv)"
 	@echo "make readme - README.md from nbs/index.ipynb"
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
+	@echo "make docs-serve - build it and serve it on http://localhost:$(PORT)/ (search needs a server: browsers block it from file://)"
 
 $(STAMP): requirements-dev.txt settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +62,10 @@ readme: $(STAMP)
 # nbdev's processing + Sphinx/myst-nb (Quarto cannot be installed offline): see tools/build_docs.py.
 docs: $(STAMP)
 	@$(RUN) $(PY) tools/build_docs.py $(DOCS_ARGS)
+
+PORT ?= 8000
+docs-serve: docs
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 -d docs/_site
 
 # Execute notebooks and save their outputs in place (FLAGS=gpu also runs the GPU-only cells).
 outputs: $(STAMP)

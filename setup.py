@@ -11,10 +11,8 @@ expected = cfg_keys + "lib_name user branch license status min_python audience l
 for o in expected: assert o in cfg, "missing expected setting: {}".format(o)
 setup_cfg = {o: cfg[o] for o in cfg_keys}
 
-licenses = {
-    'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License'),
-    'mit': ('MIT License', 'OSI Approved :: MIT License'),
-}
+# SPDX expressions: setuptools warns on every install about the licence classifiers nbdev's template adds
+licenses = {'apache2': 'Apache-2.0', 'mit': 'MIT'}
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable',
             '6 - Mature', '7 - Inactive']
 py_versions = '3.10 3.11 3.12 3.13'.split()
@@ -22,17 +20,16 @@ py_versions = '3.10 3.11 3.12 3.13'.split()
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
 min_python = cfg['min_python']
-lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
+lic = licenses.get(cfg['license'].lower(), cfg['license'])
 
 setuptools.setup(
     name=cfg['lib_name'],
-    license=lic[0],
+    license=lic,
     classifiers=[
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
         'Natural Language :: ' + cfg['language'].title(),
-    ] + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]]
-      + (['License :: ' + lic[1]] if lic[1] else []),
+    ] + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]],
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data=True,

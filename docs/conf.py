@@ -2,7 +2,9 @@
 
 The sources are generated: tools/build_docs.py runs nbdev's processing over nbs/ and writes myst-nb notebooks to
 docs/_build/src. Nothing here loads an asset from the network: the theme (furo) ships its CSS, JS and icons,
-search runs on a local index, math is rendered to MathML at build time, and ipywidgets' CDN scripts are off."""
+search runs on a local index, math is rendered to MathML at build time, and ipywidgets' CDN scripts are off. The
+"source" link of each API entry is `sphinx.ext.viewcode`'s page of the exported module, on this site (the package
+has no public repository to link to)."""
 import configparser, sys
 from pathlib import Path
 
@@ -15,7 +17,8 @@ author = _s.get('author', '')
 copyright = _s.get('copyright', '')
 release = version = _s.get('version', '')
 
-extensions = ['myst_nb', 'mathml']
+extensions = ['myst_nb', 'mathml', 'sphinx.ext.viewcode']
+viewcode_line_numbers = True              # each API entry's [source] link: the exported module's code, on this site
 root_doc = 'index'
 exclude_patterns = ['**.ipynb_checkpoints']
 

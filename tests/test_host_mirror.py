@@ -154,7 +154,7 @@ def test_events_one_per_tensor_in_groups(pool, transport, groups):
     assert len(evs) == len(m.tensor_pairs) and all(e is not None for e in evs)
     assert len({id(e) for e in evs}) == m.fence_groups
     k = groups if groups is not None else m._transport.default_fence_groups
-    n, units = len(evs), m._plan.units
+    n, units = len(evs), m.layout.units
     assert m.fence_groups == (n if k is None or k >= n else min(k, len(units)))
     if m.fence_groups < n:                                   # groups join whole layers' worth of tensors
         assert all(len({id(evs[i]) for i in unit}) == 1 for unit in units)

@@ -95,7 +95,7 @@ def test_kernel_transports_equal_the_slice_reference(pool, transport, host_pages
 def test_unit_divides_every_offset(pool):
     m = FlatHostMirror(pool, 2)
     c = _PageCopier(m, m.host_pages)
-    p = m._plan
+    p = m.layout
     assert c.unit in (1, 2, 4, 8, 16)
     assert all(o % c.unit == 0 and s % c.unit == 0 for o, s in zip(p.offsets, p.slice_bytes))
     assert p.page_bytes % c.unit == 0
@@ -133,7 +133,7 @@ def test_page_copy_kernel_moves_only_valid_pairs(seed, claimed, pairs):
     want = torch.full_like(block, 0xEE)
     for d, h in pairs[:max(0, min(claimed, len(pairs)))]:
         if 0 <= d < m.num_device_pages and 0 <= h < m.num_host_pages:
-            for t, (o, n) in enumerate(zip(m._plan.offsets, m._plan.slice_bytes)):
+            for t, (o, n) in enumerate(zip(m.layout.offsets, m.layout.slice_bytes)):
                 want[1 + h, o:o + n] = m._dev_bytes[t][d].to(want.device)
     assert torch.equal(block, want)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, json, math, os, random, socket, statistics, sys, tempfile, time
 from dataclasses import dataclass, field
 import torch
+from fastcore.basics import patch
 from .core import (default_device, synchronize, capture, new_stream, triton_interpreted,
                                  dist_init, dist_all_reduce, dist_close)
 from .benchmarking import env_line
@@ -16,8 +17,8 @@ from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
 
 # %% auto #0
-__all__ = ['SENTINEL', 'true_token', 'DemoConfig', 'Request', 'DemoViolation', 'ToyModel', 'kv_rows', 'Scheduler', 'offload',
-           'resume', 'plan_step', 'run_step', 'Progress', 'serve', 'report', 'int_arg', 'parser', 'main']
+__all__ = ['SENTINEL', 'true_token', 'DemoConfig', 'Request', 'DemoViolation', 'ToyModel', 'kv_rows', 'Scheduler', 'Progress',
+           'serve', 'report', 'int_arg', 'parser', 'main']
 
 # %% ../nbs/08_demo.ipynb #7050651b
 def true_token(uid: int, position: int, vocab: int) -> int:
@@ -153,23 +154,28 @@ class Scheduler:
     def has_work(self): return any(r.state != 'done' for r in self.requests)
 
 # %% ../nbs/08_demo.ipynb #ec2406b3
+@patch
 def _slot(self: Scheduler, r: Request, position: int) -> int:
     return r.pages[position // self.cfg.page_size] * self.cfg.page_size + position % self.cfg.page_size
 
+@patch
 def _write_table_row(self: Scheduler, r: Request):
     row = torch.zeros(self.width, dtype=torch.int32)
     row[:len(r.pages)] = torch.tensor(r.pages, dtype=torch.int32)
     self.table[r.pool_row].copy_(row.to(self.device))
 
+@patch
 def _rows_of(self: Scheduler, pages) -> torch.Tensor:
     ps = self.cfg.page_size
     return (torch.tensor(pages)[:, None] * ps + torch.arange(ps)[None, :]).flatten().to(self.device)
 
+@patch
 def _scrub(self: Scheduler, pages):
     if pages:
         rows = self._rows_of(pages)
         for t in self._kv_tensors(): t.index_fill_(0, rows, SENTINEL)
 
+@patch
 def _ensure_pages(self: Scheduler, r: Request, positions: int, avoid=()) -> bool:
     "Give `r` pages for `positions` tokens; False (nothing allocated) when the pool is short."
     need = math.ceil(positions / self.cfg.page_size) - len(r.pages)
@@ -185,17 +191,18 @@ def _ensure_pages(self: Scheduler, r: Request, positions: int, avoid=()) -> bool
     self._write_table_row(r)
     return True
 
+@patch
 def _release(self: Scheduler, r: Request):
     self._scrub(r.pages); self.pool.free(r.pages); r.pages = []
     self._write_table_row(r)
 
-for f in (_slot, _write_table_row, _rows_of, _scrub, _ensure_pages, _release): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #9baa7982
+@patch
 def _page_bytes(self: Scheduler, pages) -> list:
     rows = self._rows_of(pages)
     return [t.index_select(0, rows).cpu().view(torch.uint8).clone() for t in self._kv_tensors()]
 
+@patch
 def _timed_move(self: Scheduler, fn, pairs):
     t0 = time.perf_counter()
     fn(pairs, self.stream)
@@ -203,6 +210,7 @@ def _timed_move(self: Scheduler, fn, pairs):
     self.stats['host_seconds'] += time.perf_counter() - t0
     self.stats['host_bytes'] += len(pairs) * self.mirror.bytes_per_host_page()
 
+@patch
 def offload(self: Scheduler, r: Request) -> bool:
     "Store `r`'s pages to the host mirror, free them, and mark `r` idle."
     n = len(r.pages)
@@ -216,6 +224,7 @@ def offload(self: Scheduler, r: Request) -> bool:
     self.stats['offloads'] += 1
     return True
 
+@patch
 def resume(self: Scheduler, r: Request) -> bool:
     "Load an idle request's pages back into different device pages; check the bytes."
     n = len(r.host_pages)
@@ -231,9 +240,8 @@ def resume(self: Scheduler, r: Request) -> bool:
     self.stats['resumes'] += 1
     return True
 
-for f in (_page_bytes, _timed_move, offload, resume): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #881447aa
+@patch
 def _admit(self: Scheduler):
     for _ in range(self.cfg.arrivals_per_step):
         if self.arrived < len(self.requests) and self.free_rows:
@@ -242,7 +250,8 @@ def _admit(self: Scheduler):
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self._write_table_row(r)
 
-def _plan(self: Scheduler):
+@patch
+def _step_rows(self: Scheduler):
     "Rows of this step: [(request, n_tokens, is_prefill)], prefill rows first, within max_bs and max_num_tokens."
     cfg, L = self.cfg, self.cfg.verify_width
     budget, rows = cfg.max_num_tokens, []
@@ -259,9 +268,8 @@ def _plan(self: Scheduler):
         rows.append((r, L, False)); budget -= L
     return rows
 
-for f in (_admit, _plan): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #a9856900
+@patch
 def _stage(self: Scheduler, rows):
     "The ForwardOp of `rows`, the rows it overrides, and what every staged buffer must hold afterwards."
     cfg, L, V = self.cfg, self.cfg.verify_width, self.cfg.vocab
@@ -294,9 +302,8 @@ def _stage(self: Scheduler, rows):
     expect = dict(ids=exp_ids, pos=exp_pos, loc=exp_loc, single=exp_single, seq=[r.cache_len + n for r, n, _ in rows])
     return op, corrupt, not_ready, expect
 
-Scheduler._stage = _stage
-
 # %% ../nbs/08_demo.ipynb #4140cd63
+@patch
 def _check_staging(self: Scheduler, rows, expect, padded_bs: int, padded_tokens: int):
     b, total, bs = self.bufs, len(expect['ids']), len(rows)
     owner = [(r, q) for r, n, _ in rows for q in range(r.cache_len, r.cache_len + n)]
@@ -325,6 +332,7 @@ def _check_staging(self: Scheduler, rows, expect, padded_bs: int, padded_tokens:
                             f'is {single[i]}, expected {expect["single"][i]}')
     self.stats['checks'] += 1
 
+@patch
 def _owner_of_slot(self: Scheduler, slot: int) -> str:
     "' = request U, position P' for a slot inside a request's page, else ''."
     ps = self.cfg.page_size
@@ -332,6 +340,7 @@ def _owner_of_slot(self: Scheduler, slot: int) -> str:
         if slot // ps in r.pages: return f' = request {r.uid}, position {r.pages.index(slot // ps) * ps + slot % ps}'
     return ''
 
+@patch
 def _check_kv(self: Scheduler):
     "Every live request's KV is (token, position) at every cached position; free pages hold the sentinel."
     V, ps = self.cfg.vocab, self.cfg.page_size
@@ -368,9 +377,8 @@ def _check_kv(self: Scheduler):
                                     f'was written')
     self.stats['checks'] += 2
 
-for f in (_check_staging, _owner_of_slot, _check_kv): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #da2850b9
+@patch
 def _decode_graph(self: Scheduler, padded_bs: int):
     if padded_bs not in self.graphs:
         n = padded_bs * self.cfg.verify_width
@@ -378,6 +386,7 @@ def _decode_graph(self: Scheduler, padded_bs: int):
         self.graphs[padded_bs] = capture(lambda: self.model.forward(n), self.device)
     return self.graphs[padded_bs]
 
+@patch
 def _inject(self: Scheduler, total: int):
     "Sabotage for the fault-injection tests: the checks must catch it."
     if self.cfg.fault == 'stale-tail' and self.step_no > 5:
@@ -388,9 +397,8 @@ def _inject(self: Scheduler, total: int):
         page = next(p for p in range(1, self.pool.num_pages) if p not in owned)
         self.pool.k_of(0)[page * self.cfg.page_size] = 5.0
 
-for f in (_decode_graph, _inject): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #bdc6dc63
+@patch
 def plan_step(self: Scheduler):
     "Resume, offload and admit, then choose this step's rows: returns (rows, decode_only)."
     self.step_no += 1
@@ -399,9 +407,10 @@ def plan_step(self: Scheduler):
     for r in [r for r in self.live if r.state == 'decode']:
         if self.rng.random() < self.cfg.p_idle: self.offload(r)
     self._admit()
-    rows = self._plan()
+    rows = self._step_rows()
     return rows, all(not p for _, _, p in rows)
 
+@patch
 def run_step(self: Scheduler, rows, padded_bs: int | None):
     "Stage, forward, check, then sample and verify. `padded_bs` set: replay the decode graph of that size."
     L, V = self.cfg.verify_width, self.cfg.vocab
@@ -436,9 +445,8 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     self.stats['steps'] += 1; self.stats['tokens'] += total
     self.stats['overrides'] += sum(1 for x in op.decode_input_ids or [] if x != -1)
 
-for f in (plan_step, run_step): setattr(Scheduler, f.__name__, f)
-
 # %% ../nbs/08_demo.ipynb #1cc596b3
+@patch
 def _candidates(self: Scheduler, r: Request) -> list:
     V, out = self.cfg.vocab, []
     for j in range(1, self.cfg.verify_width):
@@ -447,6 +455,7 @@ def _candidates(self: Scheduler, r: Request) -> list:
                    good if u < self.cfg.p_bad_id + self.cfg.p_good_draft else (good + 1) % V)
     return out
 
+@patch
 def _sample(self: Scheduler, rows, not_ready):
     V = self.cfg.vocab
     updated = []
@@ -480,8 +489,6 @@ def _sample(self: Scheduler, rows, not_ready):
         fim[u] = torch.tensor([[true_token(r.uid, r.cache_len, V)] + r.drafts for r in updated],
                               dtype=fim.dtype).to(self.device)
         self.states.remote_spec_candidate_ready[u] = True
-
-for f in (_candidates, _sample): setattr(Scheduler, f.__name__, f)
 
 # %% ../nbs/08_demo.ipynb #06c87f30
 class Progress:

@@ -171,7 +171,7 @@ class FlatHostMirror:
     "Pinned host copy of a paged device KV pool: each distinct device tensor once, moved by (device, host) page pairs."
     def __init__(self, device_kv_pool, num_host_pages: int, transport: str | None = None,
                  fence_groups: int | None = None):
-        plan = self._plan = _plan(device_kv_pool)
+        plan = self.layout = _plan(device_kv_pool)   # the host page layout (`_Plan`): transports read it
         self.page_size, self.num_k_tensors = plan.page_size, plan.num_k
         self.num_host_pages = check_positive('num_host_pages', num_host_pages)
         self.device = plan.tensors[0].device
@@ -193,7 +193,7 @@ class FlatHostMirror:
 
     def __repr__(self):
         return (f'FlatHostMirror({len(self.tensor_pairs)} tensors, {self.num_host_pages} host pages of '
-                f'{self._plan.page_bytes} bytes, transport {self.transport!r}, {self.fence_groups} fence groups)')
+                f'{self.layout.page_bytes} bytes, transport {self.transport!r}, {self.fence_groups} fence groups)')
 
 # %% ../nbs/06_host_mirror.ipynb #06b1ef73
 def _transport_class(name: str) -> type[Transport]:
@@ -223,7 +223,7 @@ def fence_groups(self: FlatHostMirror) -> int:
 @patch(set_prop=True)
 def fence_groups(self: FlatHostMirror, k: int | None):
     self._fence_request = k
-    n, units = len(self.tensor_pairs), self._plan.units
+    n, units = len(self.tensor_pairs), self.layout.units
     k = self._transport.default_fence_groups if k is None else check_positive('fence_groups', k)
     if k is None or k >= n: self._groups = [(i,) for i in self.issue_order]     # one group per tensor
     else:                                         # never split what one layer adds, unless asked for per tensor
@@ -234,16 +234,16 @@ def fence_groups(self: FlatHostMirror, k: int | None):
 @patch
 def tensor_index_of_layer(self: FlatHostMirror, layer_id: int) -> int:
     "Index of `layer_id`'s K tensor in `tensor_pairs` (its V is at `+ num_k_tensors`); ValueError for a state layer."
-    if not 0 <= layer_id < len(self._plan.layer_k):
-        raise ValueError(f'layer_id must lie in [0, {len(self._plan.layer_k)}), got {layer_id}')
-    i = self._plan.layer_k[layer_id]
+    if not 0 <= layer_id < len(self.layout.layer_k):
+        raise ValueError(f'layer_id must lie in [0, {len(self.layout.layer_k)}), got {layer_id}')
+    i = self.layout.layer_k[layer_id]
     if i is None: raise ValueError(f'layer {layer_id} is a state layer: it has no KV tensor')
     return i
 
 @patch
 def state_tensor_indices_of_layer(self: FlatHostMirror, layer_id: int) -> tuple[int, int] | None:
     "`(conv, ssm)` indices of `layer_id`'s state slab pair in `tensor_pairs`, or None for a layer without state."
-    pair = self._plan.layer_state.get(layer_id)
+    pair = self.layout.layer_state.get(layer_id)
     if pair is None: return None
     base = 2 * self.num_k_tensors + 2 * pair
     return base, base + 1
@@ -251,7 +251,7 @@ def state_tensor_indices_of_layer(self: FlatHostMirror, layer_id: int) -> tuple[
 @patch
 def bytes_per_host_page(self: FlatHostMirror) -> int:
     "Bytes of one host page: the sum over mirrored tensors of one page's slice (plus alignment padding, see `_plan`)."
-    return self._plan.page_bytes
+    return self.layout.page_bytes
 
 @patch
 def warmup(self: FlatHostMirror) -> FlatHostMirror:

@@ -59,7 +59,7 @@ class _PageCopier:
 
     def __init__(self, mirror: FlatHostMirror, block: torch.Tensor, span: tuple[int, int] | None = None):
         "`span=(lo, hi)`: the block's pages hold bytes `[lo, hi)` of each host page (one fence group's slices)."
-        order, plan = mirror.issue_order, mirror._plan
+        order, plan = mirror.issue_order, mirror.layout
         lo, hi = (0, plan.page_bytes) if span is None else span
         tensors = [mirror.tensor_pairs[i][0] for i in order]
         offs, sizes = [plan.offsets[i] - lo for i in order], [plan.slice_bytes[i] for i in order]
@@ -241,7 +241,7 @@ class StagedTransport(Transport):
         self.copy_stream = new_stream(mirror.device)
         self.kernel_stream = new_stream(mirror.device, priority=-100)    # clamped to the highest priority
         self.set_chunk_pages(max(1, min(mirror.num_host_pages, self.max_chunk_pages,
-                                        self.chunk_bytes // mirror._plan.page_bytes)))
+                                        self.chunk_bytes // mirror.layout.page_bytes)))
         self.last_copies = 0
 
     def set_chunk_pages(self, pages: int, num_chunks: int | None = None):
@@ -250,7 +250,7 @@ class StagedTransport(Transport):
         synchronize(m.device)                 # nothing queued may still use the buffers being replaced
         self.chunk_pages = check_positive('pages', pages)
         n = check_positive('num_chunks', self.num_chunks if num_chunks is None else num_chunks)
-        self.staging = torch.zeros((n, pages, m._plan.page_bytes), dtype=torch.uint8, device=m.device)
+        self.staging = torch.zeros((n, pages, m.layout.page_bytes), dtype=torch.uint8, device=m.device)
         self.copiers = [_PageCopier(m, self.staging[b]) for b in range(n)]
         self._group_copiers = {}              # (chunk, fence group) -> (copier over the group's bytes, pages it holds)
         self.ready, self.free = [new_event(m.device) for _ in range(n)], [new_event(m.device) for _ in range(n)]
@@ -268,7 +268,7 @@ class StagedTransport(Transport):
 @patch
 def _store(self: StagedTransport, pages: np.ndarray):
     "Gather chunks on the kernel stream, copy each out on the copy stream; returns the copy stream's last event."
-    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror._plan.page_bytes
+    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror.layout.page_bytes
     order = tuple(m.issue_order)
     for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=True):   # the link waits for chunk 0 only
         chunk, b = pages[c0:c1], self._take()
@@ -287,7 +287,7 @@ def _store(self: StagedTransport, pages: np.ndarray):
 @patch
 def _span(self: StagedTransport, group) -> tuple[int, int]:
     "Bytes `[lo, hi)` of a host page that fence group `group` (consecutive tensors in issue order) occupies."
-    plan = self.mirror._plan
+    plan = self.mirror.layout
     return plan.offsets[group[0]], plan.offsets[group[-1]] + plan.slice_bytes[group[-1]]
 
 @patch
@@ -305,7 +305,7 @@ def _group_copier(self: StagedTransport, b: int, group) -> tuple[_PageCopier, in
 @patch
 def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
     "Copy `chunk`'s host pages into a staging chunk (only fence group `group`'s bytes, packed, if given); scatter."
-    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror._plan.page_bytes
+    m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror.layout.page_bytes
     b = self._take()
     wait_event(self.free[b], cs)                                  # the scatter out of chunk b has finished
     if group is None:

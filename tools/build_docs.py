@@ -208,7 +208,7 @@ def api_entry(md, page, links, seen):
     if fq in seen: opts.append(':no-index:')   # shown twice on one page (e.g. a property's getter and setter)
     seen.add(fq)
     body = m.group('rest').strip('\n')
-    src = f'[source]({m.group("src")}){{.nb-source}}\n\n' if m.group('src') else ''
+    src = ''   # nbdev's link points at a repository host; sphinx.ext.viewcode links the module's source on the site
     fence = ':' * max(4, max((len(r) for r in re.findall(r'^:{3,}', body, re.M)), default=0) + 1)
     return f'{fence}{{py:{kind}}} {sig}\n' + '\n'.join(opts) + f'\n\n{src}{links(body)}\n{fence}\n'
 

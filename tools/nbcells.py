@@ -1,16 +1,13 @@
-"""Cell options shared by the tools: `#| key: value` lines at the top of a code cell (nbdev / Quarto style)."""
-import re
-
-_re_directive = re.compile(r'^\s*#\s*\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+"""Cell options shared by the tools: nbdev's `extract_directives`, in the form the tools use."""
+from fastcore.basics import AttrDict
+from nbdev.process import extract_directives
 
 def split_directives(src):
-    "Cell options (`#| key: value` lines at the top, blank lines allowed) as a dict, and the rest of the source."
-    lines, d = src.splitlines(), {}
-    i = 0
-    while i < len(lines) and (not lines[i].strip() or _re_directive.match(lines[i])):
-        m = _re_directive.match(lines[i])
-        if m: d[m.group(1)] = m.group(2).strip('"\'')
-        i += 1
-    return d, '\n'.join(lines[i:])
+    "A cell's `#|` options as `{key: value}` (Quarto's `key: value` and nbdev's flags alike) and the rest of its source."
+    cell = AttrDict(source=src)
+    d = {k.rstrip(':'): ' '.join(v).strip('"\'') for k, v in extract_directives(cell, remove=True).items()}
+    lines = cell.source.splitlines()
+    while lines and lines[0].lstrip().startswith('#|'): lines.pop(0)   # Quarto options nbdev leaves for Quarto
+    return d, '\n'.join(lines)
 
 def is_false(v): return str(v).lower() in ('false', 'no', '0')
