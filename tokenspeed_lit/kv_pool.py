@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 import torch
 from fastcore.basics import patch
-from .core import as_device, check_positive
+from .core import as_device, check_positive, check_int
 
 # %% auto #0
 __all__ = ['PagedKVPool']
@@ -90,9 +90,9 @@ def page_rows(self: PagedKVPool, page: int) -> slice:
 @patch
 def alloc(self: PagedKVPool, n: int) -> list[int]:
     "Take `n` free page ids (never the dummy page 0)."
-    if isinstance(n, bool) or int(n) != n or n < 0: raise ValueError(f'n must be a non-negative integer, got {n}')
+    n = check_int('n', n, lo=0)
     if n > len(self._free): raise ValueError(f'n={n} pages requested, {len(self._free)} free')
-    return [self._free.pop() for _ in range(int(n))]
+    return [self._free.pop() for _ in range(n)]
 
 @patch
 def free(self: PagedKVPool, pages: Iterable[int]):
