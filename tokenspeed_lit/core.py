@@ -38,15 +38,18 @@ def default_device() -> torch.device:
     "The device model inputs live on: the current CUDA device when there is one, else the CPU."
     return torch.device('cuda', torch.cuda.current_device()) if HAS_ACCEL else torch.device('cpu')
 
+# %% ../nbs/00_core.ipynb #ca84aa4c
 def as_device(device=None) -> torch.device:
     "`device` as a `torch.device`; `None` means `default_device()`."
     return default_device() if device is None else torch.device(device)
 
+# %% ../nbs/00_core.ipynb #2be2611c
 def is_accel(device) -> bool:
     "True when `device` (a device, a string or a tensor) is an accelerator device."
     if isinstance(device, torch.Tensor): device = device.device
     return torch.device(device).type == 'cuda'
 
+# %% ../nbs/00_core.ipynb #bc2daa29
 def num_sms(device=None) -> int:
     "Streaming multiprocessors of `device` (sizes a persistent kernel's grid); 1 on the CPU, one interpreter thread."
     device = as_device(device)
@@ -57,6 +60,7 @@ def host_empty(shape, dtype=torch.int32, pinned: bool = True) -> torch.Tensor:
     "Uninitialised host tensor, page-locked when an accelerator exists and `pinned` (a CPU build cannot pin)."
     return torch.empty(shape, dtype=dtype, pin_memory=bool(pinned and HAS_ACCEL))
 
+# %% ../nbs/00_core.ipynb #e683284b
 def host_full(shape, value, dtype=torch.int32, pinned: bool = True) -> torch.Tensor:
     "Host tensor filled with `value`; pinned as in `host_empty`."
     return host_empty(shape, dtype, pinned).fill_(value)
@@ -77,21 +81,25 @@ def new_stream(device=None, priority: int = 0):
     device = as_device(device)
     return torch.cuda.Stream(device, priority=priority) if is_accel(device) else None
 
+# %% ../nbs/00_core.ipynb #25ca0d7b
 def current_stream(device=None):
     "The current stream on `device`, or `None` on the CPU."
     device = as_device(device)
     return torch.cuda.current_stream(device) if is_accel(device) else None
 
+# %% ../nbs/00_core.ipynb #85a9f254
 def use_stream(stream):
     "Context manager making `stream` current; a no-op for `None` (the current stream, or the CPU)."
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
+# %% ../nbs/00_core.ipynb #712fdeaa
 def new_event(device=None, timing: bool = False, external: bool = False):
     "An event on `device`: `torch.cuda.Event` on an accelerator, a `CompletedEvent` on the CPU."
     # external: recorded inside a graph capture, the record becomes a node of the graph, so every replay records it
     if not is_accel(as_device(device)): return CompletedEvent()
     return torch.cuda.Event(enable_timing=timing, external=external)
 
+# %% ../nbs/00_core.ipynb #bc270cc0
 def record_event(stream=None, device=None):
     "Record a new event on `stream` (or the current stream) and return it."
     ev = new_event(device)
@@ -99,6 +107,7 @@ def record_event(stream=None, device=None):
     ev.record(stream) if stream is not None else ev.record()
     return ev
 
+# %% ../nbs/00_core.ipynb #c8844f18
 def wait_event(event, stream=None):
     "Make `stream` (or the current stream) wait for `event`; nothing to wait for on the CPU."
     if isinstance(event, CompletedEvent): return
@@ -106,12 +115,14 @@ def wait_event(event, stream=None):
 
 _ISSUERS = weakref.WeakSet()   # every live `BackgroundIssuer`: `synchronize` waits for their queued calls first
 
+# %% ../nbs/00_core.ipynb #cec25197
 def synchronize(device=None):
     "Block the host until every background call is issued and `device` is idle (on the CPU: until they have run)."
     for issuer in list(_ISSUERS): issuer.drain()
     device = as_device(device)
     if is_accel(device): torch.cuda.synchronize(device)
 
+# %% ../nbs/00_core.ipynb #9c738fb9
 def on_device(device):
     "Context manager making `device` the current CUDA device (a thread starts on device 0); a no-op on the CPU."
     device = as_device(device)
@@ -125,28 +136,43 @@ class PendingEvent:
         # the events of one call share one condition: a condition costs microseconds, a call hands out dozens of events
         self._cond, self.event, self.error = cond or threading.Condition(threading.Lock()), None, None
 
-    def set(self, event=None, error: BaseException | None = None) -> PendingEvent:
-        "Resolve to `event` (or to `error`, which every later `wait` raises); whoever was blocked goes on."
-        with self._cond:
-            if not self.resolved:
-                self.event, self.error = (event if event is not None else CompletedEvent()), error
-                self._cond.notify_all()
-        return self
 
     @property
     def resolved(self) -> bool: return self.event is not None
 
-    def _get(self):
-        with self._cond:
-            while not self.resolved: self._cond.wait()
-        if self.error is not None:
-            raise RuntimeError('the background call that was to record this event failed') from self.error
-        return self.event
 
-    def wait(self, stream=None): wait_event(self._get(), stream)
-    def synchronize(self): self._get().synchronize()
-    def query(self) -> bool: return self.resolved and self._get().query()
     def __repr__(self): return f'PendingEvent({self.event!r})' if self.resolved else 'PendingEvent(pending)'
+
+# %% ../nbs/00_core.ipynb #9924044b
+@patch
+def set(self: PendingEvent, event=None, error: BaseException | None = None) -> PendingEvent:
+    "Resolve to `event` (or to `error`, which every later `wait` raises); whoever was blocked goes on."
+    with self._cond:
+        if not self.resolved:
+            self.event, self.error = (event if event is not None else CompletedEvent()), error
+            self._cond.notify_all()
+    return self
+
+# %% ../nbs/00_core.ipynb #2e206acf
+@patch
+def _get(self: PendingEvent):
+    with self._cond:
+        while not self.resolved: self._cond.wait()
+    if self.error is not None:
+        raise RuntimeError('the background call that was to record this event failed') from self.error
+    return self.event
+
+# %% ../nbs/00_core.ipynb #3fe8a22a
+@patch
+def wait(self: PendingEvent, stream=None): wait_event(self._get(), stream)
+
+# %% ../nbs/00_core.ipynb #2f027e08
+@patch
+def synchronize(self: PendingEvent): self._get().synchronize()
+
+# %% ../nbs/00_core.ipynb #a17557f7
+@patch
+def query(self: PendingEvent) -> bool: return self.resolved and self._get().query()
 
 # %% ../nbs/00_core.ipynb #5213bc60
 class BackgroundIssuer:
@@ -169,12 +195,17 @@ class BackgroundIssuer:
             except BaseException: pass
             finally: jobs.task_done()
 
-    def submit(self, job: Callable[[], None]): self.jobs.put(job)
+# %% ../nbs/00_core.ipynb #66bd934c
+@patch
+def submit(self: BackgroundIssuer, job: Callable[[], None]): self.jobs.put(job)
 
-    def drain(self):
-        "Block until every job submitted so far has run (a no-op on the issuer's own thread: it would wait on itself)."
-        if threading.current_thread() is not self.thread: self.jobs.join()
+# %% ../nbs/00_core.ipynb #c45767e3
+@patch
+def drain(self: BackgroundIssuer):
+    "Block until every job submitted so far has run (a no-op on the issuer's own thread: it would wait on itself)."
+    if threading.current_thread() is not self.thread: self.jobs.join()
 
+# %% ../nbs/00_core.ipynb #13273f5a
 @atexit.register
 def _stop_issuers():
     "At exit, let each issue thread finish its queue and end, rather than be killed inside a driver call."
@@ -199,6 +230,7 @@ def copy_many(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]):
     torch._foreach_copy_(list(dsts), list(srcs), non_blocking=bool(HAS_ACCEL and d.device != s.device
                                                                    and host.is_pinned()))
 
+# %% ../nbs/00_core.ipynb #947ddbdf
 def to_device_async(t: torch.Tensor, device=None) -> torch.Tensor:
     "Host tensor `t` on `device`, copied without blocking the host (on the CPU: `t` itself)."
     device = as_device(device)
@@ -245,6 +277,7 @@ class _DriverBatchCopy:
 
 _batch_copy = None
 
+# %% ../nbs/00_core.ipynb #de3d209c
 def batch_dma_available() -> bool:
     "True when the driver can enqueue many copies in one call (`cuMemcpyBatchAsync`, CUDA 12.8+)."
     global _batch_copy
@@ -256,6 +289,7 @@ def _byte_view(t: torch.Tensor, name: str) -> torch.Tensor:
     if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
     return t.view(-1).view(torch.uint8)
 
+# %% ../nbs/00_core.ipynb #c368549b
 def copy_batch(dst: torch.Tensor, dst_offsets, src: torch.Tensor, src_offsets, sizes, stream=None) -> str:
     "Copy `sizes[i]` bytes from byte `src_offsets[i]` of `src` to byte `dst_offsets[i]` of `dst` on `stream`; returns how."
     d, s = _byte_view(dst, 'dst'), _byte_view(src, 'src')
@@ -321,10 +355,12 @@ def _launcher(self: FastLaunch, compiled, constexprs):
     try: return compiled.run, compiled.function, compiled.packed_metadata, tuple(constexprs[n] for n in self.constexprs)
     except (AttributeError, KeyError): return None
 
+# %% ../nbs/00_core.ipynb #9b1de78e
 def _hooked(hook) -> bool:
     "True when a launch hook would run: a callable, or a (Triton 3.5+) hook chain with something in it."
     return hook is not None and bool(getattr(hook, 'calls', True))
 
+# %% ../nbs/00_core.ipynb #bd601eaa
 @patch
 def _key(self: FastLaunch, args, constexprs):
     if not _FAST or triton_interpreted() or len(args) != self.nargs: return None
@@ -333,6 +369,7 @@ def _key(self: FastLaunch, args, constexprs):
     bits = _spec_key(args, self.fixed)
     return None if bits is None else (torch.cuda.current_device(), tuple(constexprs.items()), *bits)
 
+# %% ../nbs/00_core.ipynb #3a90f9b6
 @patch
 def __call__(self: FastLaunch, grid, *args, stream=None, **constexprs):
     "Launch with `grid` (a tuple of up to 3 ints) on `stream` (None: the current stream); `constexprs` by name."
@@ -347,6 +384,7 @@ def __call__(self: FastLaunch, grid, *args, stream=None, **constexprs):
         stream.cuda_stream if stream is not None else torch._C._cuda_getCurrentRawStream(key[0]),
         fn, meta, None, None, None, *args, *tail)
 
+# %% ../nbs/00_core.ipynb #664f587e
 @patch
 def warmup(self: FastLaunch, grid, *args, **constexprs):
     "Compile (and load) the specialisation of `args` without launching it; nothing under the interpreter."
@@ -368,6 +406,7 @@ class Captured:
         else: self.fn()
     def __repr__(self): return f'Captured({"CUDA graph" if self.is_graph else "eager"})'
 
+# %% ../nbs/00_core.ipynb #af49e371
 def capture(fn: Callable[[], object], device=None, warmup: int = 2) -> Captured:
     "Capture `fn` (no arguments; reads and writes persistent buffers) for replay on `device`."
     capture.calls += 1          # tests count captures: after a `warmup()` nothing may capture mid-serving
@@ -395,6 +434,7 @@ def dist_backend(world: int) -> str:
     "'nccl' when each of `world` ranks can have its own GPU, else 'gloo'."
     return 'nccl' if HAS_ACCEL and torch.cuda.device_count() >= world else 'gloo'
 
+# %% ../nbs/00_core.ipynb #92fff340
 def dist_init(rank: int, world: int, port: int, host: str = '127.0.0.1') -> torch.device:
     "Join a `world`-rank process group over TCP on `host:port`; returns this rank's device."
     import torch.distributed as dist
@@ -404,6 +444,7 @@ def dist_init(rank: int, world: int, port: int, host: str = '127.0.0.1') -> torc
     dist.init_process_group(backend, init_method=f'tcp://{host}:{port}', rank=rank, world_size=world)
     return default_device()
 
+# %% ../nbs/00_core.ipynb #5672d524
 def dist_all_reduce(values, op: str = 'max') -> list:
     "All-reduce a list of integers across ranks with `op` ('max' or 'sum'); the identity without a process group."
     import torch.distributed as dist
@@ -413,6 +454,7 @@ def dist_all_reduce(values, op: str = 'max') -> list:
     dist.all_reduce(t, op={'max': dist.ReduceOp.MAX, 'sum': dist.ReduceOp.SUM}[op])
     return t.tolist()
 
+# %% ../nbs/00_core.ipynb #574f57ba
 def dist_close():
     "Leave the process group, if any."
     import torch.distributed as dist
@@ -422,6 +464,7 @@ def dist_close():
 class InputTypeError(TypeError, ValueError):
     "A refused input of the wrong type: a `TypeError`, and a `ValueError` too, so one `except ValueError` catches every refusal."
 
+# %% ../nbs/00_core.ipynb #2122d0dc
 def check_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
     "`v` as a Python int, refusing non-integers (floats, bools, strings) and values outside `[lo, hi]`."
     if isinstance(v, bool): raise InputTypeError(f'{name} must be an integer, got {v!r}')
@@ -432,6 +475,7 @@ def check_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int
         raise ValueError(f'{name} must be an integer {rng}, got {i}')
     return i
 
+# %% ../nbs/00_core.ipynb #39d4df7e
 def int_list(name: str, values) -> list:
     "`values` (a list, tuple, range, 1-D numpy array or CPU tensor of integers) as a list; refused otherwise."
     if type(values) is list: return values                # the engine's own form: no copy, no per-element work
@@ -451,6 +495,7 @@ _INT_DTYPES = frozenset(d for d in (torch.int8, torch.uint8, torch.int16, torch.
                                    getattr(torch, 'uint16', None), getattr(torch, 'uint32', None),
                                    getattr(torch, 'uint64', None)) if d is not None)
 
+# %% ../nbs/00_core.ipynb #9cdb821b
 def int_seq(name: str, values):
     "`int_list`, except that a 1-D integer numpy array or CPU tensor comes back as a numpy array: no per-element work."
     if type(values) is list: return values
@@ -459,6 +504,7 @@ def int_seq(name: str, values):
             and values.dtype in _INT_DTYPES): return values.numpy()
     return int_list(name, values)
 
+# %% ../nbs/00_core.ipynb #22976823
 def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
     "Raise `ValueError` unless `t` is an integer tensor (with `ndim` dimensions, if given)."
     if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
@@ -467,6 +513,7 @@ def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
         raise ValueError(f'{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}')
     return t
 
+# %% ../nbs/00_core.ipynb #cae65771
 def check_vectors(**vectors) -> tuple[int, int]:
     "`(length, device index)` of 1-D integer tensors of one length on one device (the GPU where kernels compile)."
     n = dev = first = None
@@ -485,6 +532,7 @@ def check_vectors(**vectors) -> tuple[int, int]:
 OUT_DTYPES = (torch.int32, torch.int64)
 "Dtypes an integer output may have: a narrower one would truncate slots and lengths (40000 -> -25536 in int16)."
 
+# %% ../nbs/00_core.ipynb #dd7cecad
 def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES, device: int | None = None) -> torch.Tensor:
     "Raise unless `t` is a contiguous 1-D tensor of one of `dtypes` with at least `needed` elements (on `device`)."
     if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
@@ -497,6 +545,7 @@ def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES, device: int | None =
     if device is not None and t.get_device() != device: raise ValueError(f'{name} is on {t.device}, the inputs are not')
     return t
 
+# %% ../nbs/00_core.ipynb #463c5148
 def check_same_len(**seqs):
     "Raise `ValueError` unless every given sequence has the same length; returns that length."
     lens = [len(v) for v in seqs.values()]
@@ -504,10 +553,12 @@ def check_same_len(**seqs):
         raise ValueError('lengths disagree: ' + ', '.join(f'len({k})={n}' for k, n in zip(seqs, lens)))
     return lens[0] if lens else 0
 
+# %% ../nbs/00_core.ipynb #dc265d95
 def check_capacity(name: str, t: torch.Tensor, needed: int):
     "Raise `ValueError` if `t` has fewer than `needed` elements."
     if t.numel() < needed: raise ValueError(f'{name} has {t.numel()} elements, {needed} needed')
 
+# %% ../nbs/00_core.ipynb #a4118d38
 def check_positive(name: str, v) -> int:
     "`v` as a Python int; raise unless it is an integer > 0."
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
@@ -515,6 +566,7 @@ def check_positive(name: str, v) -> int:
             f'{name} must be a positive integer, got {v!r}')
     return int(v)
 
+# %% ../nbs/00_core.ipynb #51f01439
 def check_same_device(**tensors):
     "Raise `ValueError` unless all given tensors (`None` skipped) live on one device."
     devs = [t.device for t in tensors.values() if t is not None]
@@ -522,6 +574,7 @@ def check_same_device(**tensors):
         raise ValueError('tensors on different devices: ' +
                          ', '.join(f'{k} on {t.device}' for k, t in tensors.items() if t is not None))
 
+# %% ../nbs/00_core.ipynb #92671496
 def check_kernel_device(**tensors):
     "`check_same_device`, and where Triton compiles kernels for the GPU, that the tensors are on it."
     devs = [t.get_device() for t in tensors.values() if t is not None]     # ints (-1: CPU): cheaper than .device
@@ -538,6 +591,7 @@ def device_checks_enabled() -> bool:
     "True when the debug checks of device-side values should run now (on, and no CUDA graph is being captured)."
     return CHECK_DEVICE_VALUES and not (HAS_ACCEL and torch.cuda.is_current_stream_capturing())
 
+# %% ../nbs/00_core.ipynb #2cb383d7
 @contextlib.contextmanager
 def device_value_checks(on: bool = True):
     "Turn the debug checks of device-side values on (or off) inside a `with` block."
@@ -546,6 +600,7 @@ def device_value_checks(on: bool = True):
     try: yield
     finally: CHECK_DEVICE_VALUES = old
 
+# %% ../nbs/00_core.ipynb #981903f5
 def check_values(name: str, t: torch.Tensor, lo: int | None = None, hi: int | None = None, what: str = 'request',
                  index=None):
     "Debug mode: synchronise and raise `ValueError` naming the first element of `t` outside `[lo, hi)`."
@@ -559,6 +614,7 @@ def check_values(name: str, t: torch.Tensor, lo: int | None = None, hi: int | No
         rng = f'in [{lo}, {hi})' if lo is not None and hi is not None else f'>= {lo}' if lo is not None else f'< {hi}'
         raise ValueError(f'{what} {i}: {where} = {int(v[i])}, must be {rng}')
 
+# %% ../nbs/00_core.ipynb #babb1139
 def check_unique(name: str, t: torch.Tensor, what: str = 'request'):
     "Debug mode: synchronise and raise `ValueError` naming two elements of `t` that are equal."
     v = t.detach().long().cpu().tolist()

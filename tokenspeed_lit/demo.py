@@ -86,6 +86,7 @@ class Request:
     idle_until: int = 0
     drafts: list = field(default_factory=list)      # draft candidates for columns 1.. (host copy)
 
+# %% ../nbs/08_demo.ipynb #6d04ef3b
 class DemoViolation(AssertionError):
     "A check failed: the message names the step, request, position and slot."
 
@@ -144,39 +145,46 @@ class Scheduler:
                           checks=0, host_bytes=0, host_seconds=0.0, prep_us=[], prep_decode_us=[],
                           prep_repeat_us=[], prep_decode_repeat_us=[])
 
-    def _kv_tensors(self):
-        seen = {}
-        for t in list(self.pool.k_buffer) + list(self.pool.v_buffer):
-            if t is not None: seen.setdefault(id(t), t)
-        return list(seen.values())
 
     @property
     def live(self): return [r for r in self.requests[:self.arrived] if r.state in ('prefill', 'decode')]
     @property
     def has_work(self): return any(r.state != 'done' for r in self.requests)
 
+# %% ../nbs/08_demo.ipynb #f4eb86e8
+@patch
+def _kv_tensors(self: Scheduler):
+    seen = {}
+    for t in list(self.pool.k_buffer) + list(self.pool.v_buffer):
+        if t is not None: seen.setdefault(id(t), t)
+    return list(seen.values())
+
 # %% ../nbs/08_demo.ipynb #ec2406b3
 @patch
 def _slot(self: Scheduler, r: Request, position: int) -> int:
     return r.pages[position // self.cfg.page_size] * self.cfg.page_size + position % self.cfg.page_size
 
+# %% ../nbs/08_demo.ipynb #56c4843b
 @patch
 def _write_table_row(self: Scheduler, r: Request):
     row = torch.zeros(self.width, dtype=torch.int32)
     row[:len(r.pages)] = torch.tensor(r.pages, dtype=torch.int32)
     self.table[r.pool_row].copy_(row.to(self.device))
 
+# %% ../nbs/08_demo.ipynb #a143fe79
 @patch
 def _rows_of(self: Scheduler, pages) -> torch.Tensor:
     ps = self.cfg.page_size
     return (torch.tensor(pages)[:, None] * ps + torch.arange(ps)[None, :]).flatten().to(self.device)
 
+# %% ../nbs/08_demo.ipynb #e4204691
 @patch
 def _scrub(self: Scheduler, pages):
     if pages:
         rows = self._rows_of(pages)
         for t in self._kv_tensors(): t.index_fill_(0, rows, SENTINEL)
 
+# %% ../nbs/08_demo.ipynb #f6b2f660
 @patch
 def _ensure_pages(self: Scheduler, r: Request, positions: int, avoid=()) -> bool:
     "Give `r` pages for `positions` tokens; False (nothing allocated) when the pool is short."
@@ -193,6 +201,7 @@ def _ensure_pages(self: Scheduler, r: Request, positions: int, avoid=()) -> bool
     self._write_table_row(r)
     return True
 
+# %% ../nbs/08_demo.ipynb #a42db715
 @patch
 def _release(self: Scheduler, r: Request):
     self._scrub(r.pages); self.pool.free(r.pages); r.pages = []
@@ -204,6 +213,7 @@ def _page_bytes(self: Scheduler, pages) -> list:
     rows = self._rows_of(pages)
     return [t.index_select(0, rows).cpu().view(torch.uint8).clone() for t in self._kv_tensors()]
 
+# %% ../nbs/08_demo.ipynb #d543f26b
 @patch
 def _timed_move(self: Scheduler, fn, pairs):
     t0 = time.perf_counter()
@@ -212,6 +222,7 @@ def _timed_move(self: Scheduler, fn, pairs):
     self.stats['host_seconds'] += time.perf_counter() - t0
     self.stats['host_bytes'] += len(pairs) * self.mirror.bytes_per_host_page()
 
+# %% ../nbs/08_demo.ipynb #feab6801
 @patch
 def offload(self: Scheduler, r: Request) -> bool:
     "Store `r`'s pages to the host mirror, free them, and mark `r` idle."
@@ -226,6 +237,7 @@ def offload(self: Scheduler, r: Request) -> bool:
     self.stats['offloads'] += 1
     return True
 
+# %% ../nbs/08_demo.ipynb #431be822
 @patch
 def resume(self: Scheduler, r: Request) -> bool:
     "Load an idle request's pages back into different device pages; check the bytes."
@@ -252,6 +264,7 @@ def _admit(self: Scheduler):
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self._write_table_row(r)
 
+# %% ../nbs/08_demo.ipynb #2a800287
 @patch
 def _step_rows(self: Scheduler):
     "Rows of this step: [(request, n_tokens, is_prefill)], prefill rows first, within max_bs and max_num_tokens."
@@ -334,6 +347,7 @@ def _check_staging(self: Scheduler, rows, expect, padded_bs: int, padded_tokens:
                             f'is {single[i]}, expected {expect["single"][i]}')
     self.stats['checks'] += 1
 
+# %% ../nbs/08_demo.ipynb #3569c252
 @patch
 def _owner_of_slot(self: Scheduler, slot: int) -> str:
     "' = request U, position P' for a slot inside a request's page, else ''."
@@ -342,6 +356,7 @@ def _owner_of_slot(self: Scheduler, slot: int) -> str:
         if slot // ps in r.pages: return f' = request {r.uid}, position {r.pages.index(slot // ps) * ps + slot % ps}'
     return ''
 
+# %% ../nbs/08_demo.ipynb #bf99a093
 @patch
 def _check_kv(self: Scheduler):
     "Every live request's KV is (token, position) at every cached position; free pages hold the sentinel."
@@ -388,6 +403,7 @@ def _decode_graph(self: Scheduler, padded_bs: int):
         self.graphs[padded_bs] = capture(lambda: self.model.forward(n), self.device)
     return self.graphs[padded_bs]
 
+# %% ../nbs/08_demo.ipynb #c1cbb799
 @patch
 def _inject(self: Scheduler, total: int):
     "Sabotage for the fault-injection tests: the checks must catch it."
@@ -412,6 +428,7 @@ def plan_step(self: Scheduler):
     rows = self._step_rows()
     return rows, all(not p for _, _, p in rows)
 
+# %% ../nbs/08_demo.ipynb #d0601b9d
 @patch
 def run_step(self: Scheduler, rows, padded_bs: int | None):
     "Stage, forward, check, then sample and verify. `padded_bs` set: replay the decode graph of that size."
@@ -461,6 +478,7 @@ def _candidates(self: Scheduler, r: Request) -> list:
                    good if u < self.cfg.p_bad_id + self.cfg.p_good_draft else (good + 1) % V)
     return out
 
+# %% ../nbs/08_demo.ipynb #b1d9c08e
 @patch
 def _sample(self: Scheduler, rows, not_ready):
     V = self.cfg.vocab
@@ -510,6 +528,7 @@ class Progress:
         sys.stderr.flush()
     def close(self): sys.stderr.write('\n'); sys.stderr.flush()
 
+# %% ../nbs/08_demo.ipynb #51dbe393
 def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True) -> dict:
     "Run one rank's serving loop to completion; returns its statistics."
     s = Scheduler(cfg, rank=rank)
@@ -530,6 +549,7 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True)
 # %% ../nbs/08_demo.ipynb #33ceac6b
 def _median(xs) -> float: return statistics.median(xs) if xs else float('nan')
 
+# %% ../nbs/08_demo.ipynb #3c9ad0c3
 def report(stats: dict) -> str:
     "The demo's closing report."
     med = lambda k: _median(stats.get(k, [])) if isinstance(stats.get(k, []), list) else stats[k]
@@ -558,6 +578,7 @@ def _summary(stats: dict) -> dict:
 _SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
            'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'host_bytes')
 
+# %% ../nbs/08_demo.ipynb #769092c9
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))   # the ranks share the host's cores
     dist_init(rank, world, port)
@@ -569,6 +590,7 @@ def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str)
         with open(out_path, 'w') as f: json.dump(stats, f)
     dist_close()
 
+# %% ../nbs/08_demo.ipynb #7c03e158
 def int_arg(lo: int, hi: int | None = None):
     "An argparse `type=`: an integer in `[lo, hi]`, or a usage error that says which."
     def parse(s: str) -> int:
@@ -581,6 +603,7 @@ def int_arg(lo: int, hi: int | None = None):
     parse.__name__ = 'integer'
     return parse
 
+# %% ../nbs/08_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:
     "The demo's command line."
     ap = argparse.ArgumentParser(prog='python -m tokenspeed_lit.demo',
@@ -599,6 +622,7 @@ def parser() -> argparse.ArgumentParser:
                          "'stray-write' writes a KV slot into a free page (default: none)")
     return ap
 
+# %% ../nbs/08_demo.ipynb #6767ed3e
 def main(argv=None) -> int:
     "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
     a = parser().parse_args(argv)

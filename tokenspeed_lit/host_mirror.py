@@ -26,6 +26,7 @@ def _identity_dedup(tensors) -> list[torch.Tensor]:
         if t is not None: seen.setdefault(id(t), t)
     return list(seen.values())
 
+# %% ../nbs/06_host_mirror.ipynb #e629bc3d
 def _state_slabs(pool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     "The pool's `(conv, ssm)` state slabs; `[]` for pools without any."
     return [tuple(p) for p in (getattr(pool, 'state_slabs', None) or ())]
@@ -46,6 +47,7 @@ class _Plan:
     slice_bytes: tuple      # bytes of one page of each tensor
     page_bytes: int         # bytes of one host page
 
+# %% ../nbs/06_host_mirror.ipynb #3d4f7f42
 def _ceil_to(x: int, m: int) -> int: return -(-x // m) * m
 
 # %% ../nbs/06_host_mirror.ipynb #a5493df6
@@ -104,29 +106,39 @@ class Transport:
     "Issues a mirror's copies. Subclasses implement `run`; `default_fence_groups` None means one group per tensor."
     name, default_fence_groups = '', None
     def __init__(self, mirror: FlatHostMirror): self.mirror = mirror
-    def warmup(self):
-        "Do now whatever a first call would otherwise do mid-serving (compile kernels, capture graphs); returns self."
-        return self
-    def run(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
-        "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
-        raise NotImplementedError
-    def move(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream,
-             on_group=None) -> list:
-        "Run the copies on `stream`; with `events`, one event per tensor (recorded after its group), else `None`."
-        # on_group(i, event): called as soon as group i's event is recorded (a background call hands it on at once)
-        m = self.mirror
-        out: list = [None] * len(m.tensor_pairs)
-        def done(i: int):
-            if not events: return
-            ev = record_event(stream, m.device)
-            for t in groups[i]: out[t] = ev
-            if on_group is not None: on_group(i, ev)
-        with use_stream(stream):
-            if len(pages): self.run(pages, to_host, groups, done)
-            else:
-                for i in range(len(groups)): done(i)
-        return out if events else None
 
+# %% ../nbs/06_host_mirror.ipynb #483ac99b
+@patch
+def warmup(self: Transport):
+    "Do now whatever a first call would otherwise do mid-serving (compile kernels, capture graphs); returns self."
+    return self
+
+# %% ../nbs/06_host_mirror.ipynb #4ad31ec9
+@patch
+def run(self: Transport, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
+    "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
+    raise NotImplementedError
+
+# %% ../nbs/06_host_mirror.ipynb #7317e21e
+@patch
+def move(self: Transport, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream,
+         on_group=None) -> list:
+    "Run the copies on `stream`; with `events`, one event per tensor (recorded after its group), else `None`."
+    # on_group(i, event): called as soon as group i's event is recorded (a background call hands it on at once)
+    m = self.mirror
+    out: list = [None] * len(m.tensor_pairs)
+    def done(i: int):
+        if not events: return
+        ev = record_event(stream, m.device)
+        for t in groups[i]: out[t] = ev
+        if on_group is not None: on_group(i, ev)
+    with use_stream(stream):
+        if len(pages): self.run(pages, to_host, groups, done)
+        else:
+            for i in range(len(groups)): done(i)
+    return out if events else None
+
+# %% ../nbs/06_host_mirror.ipynb #b68d39fe
 class SliceTransport(Transport):
     "One copy per (tensor, page): the seed's mechanism and the reference for every other transport."
     name = 'slices'
@@ -141,6 +153,7 @@ class SliceTransport(Transport):
                     else: copy_to(dv[d], hv[h])
             done(gi)
 
+# %% ../nbs/06_host_mirror.ipynb #929c1c5d
 class IndexTransport(Transport):
     "Pools in host memory: one gather and one scatter per tensor (no per-page Python loop)."
     name = 'index'
@@ -162,6 +175,7 @@ TRANSPORTS: dict[str, type[Transport]] = {'slices': SliceTransport, 'index': Ind
 ACCEL_TRANSPORT = 'staged'
 "The transport a mirror of a GPU pool uses unless told otherwise: chosen by the benchmark of `07_host_transport`."
 
+# %% ../nbs/06_host_mirror.ipynb #da1125fa
 def default_transport(device) -> str:
     "The default transport name for a pool on `device`."
     return ACCEL_TRANSPORT if is_accel(device) else 'index'
@@ -204,22 +218,26 @@ def _transport_class(name: str) -> type[Transport]:
         raise ValueError(f'transport must be one of {sorted(TRANSPORTS)}, got {name!r}')
     return TRANSPORTS[name]
 
+# %% ../nbs/06_host_mirror.ipynb #498d9555
 @patch(as_prop=True)
 def transport(self: FlatHostMirror) -> str:
     "Name of the transport that moves this mirror's bytes (see `TRANSPORTS`); assign a name to change it."
     return self._transport.name
 
+# %% ../nbs/06_host_mirror.ipynb #471734d2
 @patch(set_prop=True)
 def transport(self: FlatHostMirror, name: str):
     if self._issuer is not None: self._issuer.drain()     # queued calls finish on the transport they were made for
     self._transport = _transport_class(name)(self)
     if getattr(self, '_fence_request', 'unset') != 'unset': self.fence_groups = self._fence_request
 
+# %% ../nbs/06_host_mirror.ipynb #8dcaf898
 @patch(as_prop=True)
 def fence_groups(self: FlatHostMirror) -> int:
     "How many events `load_pages_with_events` records: tensors are fenced in this many groups, in issue order."
     return len(self._groups)
 
+# %% ../nbs/06_host_mirror.ipynb #74d59212
 @patch(set_prop=True)
 def fence_groups(self: FlatHostMirror, k: int | None):
     self._fence_request = k
@@ -240,6 +258,7 @@ def tensor_index_of_layer(self: FlatHostMirror, layer_id: int) -> int:
     if i is None: raise ValueError(f'layer {layer_id} is a state layer: it has no KV tensor')
     return i
 
+# %% ../nbs/06_host_mirror.ipynb #a8f02b44
 @patch
 def state_tensor_indices_of_layer(self: FlatHostMirror, layer_id: int) -> tuple[int, int] | None:
     "`(conv, ssm)` indices of `layer_id`'s state slab pair in `tensor_pairs`, or None for a layer without state."
@@ -248,11 +267,13 @@ def state_tensor_indices_of_layer(self: FlatHostMirror, layer_id: int) -> tuple[
     base = 2 * self.num_k_tensors + 2 * pair
     return base, base + 1
 
+# %% ../nbs/06_host_mirror.ipynb #b3f88c62
 @patch
 def bytes_per_host_page(self: FlatHostMirror) -> int:
     "Bytes of one host page: the sum over mirrored tensors of one page's slice (plus alignment padding, see `_plan`)."
     return self.layout.page_bytes
 
+# %% ../nbs/06_host_mirror.ipynb #8f0847d4
 @patch
 def warmup(self: FlatHostMirror) -> FlatHostMirror:
     "Compile and capture now what the transport's first calls would (an engine calls this at startup); returns self."
@@ -307,16 +328,19 @@ def _move(self: FlatHostMirror, pairs, stream, to_host: bool, events: bool, back
     if self._issuer is not None: self._issuer.drain()   # calls are issued in call order, by one thread at a time
     return self._transport.move(pages, to_host, groups, events, stream)
 
+# %% ../nbs/06_host_mirror.ipynb #f557df57
 @patch
 def store_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None, background: bool = False):
     "Copy each `(device_page, host_page)` pair device -> host on `stream` (None: the current stream)."
     return self._move(pairs, stream, to_host=True, events=False, background=background)
 
+# %% ../nbs/06_host_mirror.ipynb #d179389e
 @patch
 def load_pages(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None, background: bool = False):
     "Copy each `(device_page, host_page)` pair host -> device on `stream`."
     return self._move(pairs, stream, to_host=False, events=False, background=background)
 
+# %% ../nbs/06_host_mirror.ipynb #b98774b7
 @patch
 def load_pages_with_events(self: FlatHostMirror, pairs: Iterable[tuple[int, int]], stream=None,
                            background: bool = False) -> list:

@@ -80,22 +80,26 @@ class _PageCopier:
         self.position = {i: k for k, i in enumerate(order)}
         self.programs = self.programs_per_sm * num_sms(mirror.device)
 
-    def launch(self, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None,
-               stream=None):
-        "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
-        first, nt = self.position[group[0]], len(group)
-        parts = max(1, min(triton.cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
-        grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
-        _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
-                   self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,
-                   stream=stream, TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
+# %% ../nbs/07_host_transport.ipynb #7214891f
+@patch
+def launch(self: _PageCopier, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None,
+           stream=None):
+    "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
+    first, nt = self.position[group[0]], len(group)
+    parts = max(1, min(triton.cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
+    grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
+    _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
+               self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,
+               stream=stream, TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
 
+# %% ../nbs/07_host_transport.ipynb #3a82989f
 def _pack_ids(out: np.ndarray, pages: np.ndarray) -> np.ndarray:
     "Write `[n, 2]` pairs into the int64 array `out` in the kernel's `ids` layout `[n, d0, b0, d1, b1, ...]`."
     out[0] = len(pages)
     out[1:1 + 2 * len(pages)] = pages.reshape(-1)
     return out
 
+# %% ../nbs/07_host_transport.ipynb #a94b0f95
 def page_ids(pages: np.ndarray) -> torch.Tensor:
     "The kernel's `ids` buffer for `[n, 2]` (device page, block page) pairs: `[n, d0, b0, d1, b1, ...]`, int64."
     return torch.from_numpy(_pack_ids(np.empty(1 + 2 * len(pages), np.int64), np.asarray(pages, np.int64)))
@@ -110,6 +114,7 @@ class _Slot:
         self.done = new_event(device, external=True)
         self.calls = {}      # (to_host, fence groups or None) -> (captured call, per-tensor events)
 
+# %% ../nbs/07_host_transport.ipynb #57ed251a
 class ZeroCopyTransport(Transport):
     "Triton launches reading/writing the pinned host pages directly over PCIe (no DMA copies), replayed as one graph."
     name, default_fence_groups = 'zero_copy', 8
@@ -221,6 +226,7 @@ def _runs(host_pages: np.ndarray, page_bytes: int, first_row: int = 0):
     sizes = np.diff(np.append(starts, len(host_pages)))
     return host_pages[starts] * page_bytes, (starts + first_row) * page_bytes, sizes * page_bytes
 
+# %% ../nbs/07_host_transport.ipynb #84524947
 def _chunks(n: int, cap: int, small_first: bool) -> list[tuple[int, int]]:
     "`[start, end)` of chunks of at most `cap` of `n` items; the first (or last) one small, so a pipeline fills fast."
     small = max(1, cap // 8)
@@ -244,25 +250,29 @@ class StagedTransport(Transport):
                                         self.chunk_bytes // mirror.layout.page_bytes)))
         self.last_copies = 0
 
-    def set_chunk_pages(self, pages: int, num_chunks: int | None = None):
-        "Staging of `num_chunks` chunks of `pages` host pages each (a call with more pages streams through them)."
-        m = self.mirror
-        synchronize(m.device)                 # nothing queued may still use the buffers being replaced
-        self.chunk_pages = check_positive('pages', pages)
-        n = check_positive('num_chunks', self.num_chunks if num_chunks is None else num_chunks)
-        self.staging = torch.zeros((n, pages, m.layout.page_bytes), dtype=torch.uint8, device=m.device)
-        self.copiers = [_PageCopier(m, self.staging[b]) for b in range(n)]
-        self._group_copiers = {}              # (chunk, fence group) -> (copier over the group's bytes, pages it holds)
-        self.ready, self.free = [new_event(m.device) for _ in range(n)], [new_event(m.device) for _ in range(n)]
-        pairs = max(pages, min(self.max_chunk_pages, max(m.num_host_pages, m.num_device_pages)))
-        self.ids = _IdRing(self.id_slots, pairs, m.device)
-        self._next = 0
-        return self
+# %% ../nbs/07_host_transport.ipynb #d52b8fb2
+@patch
+def set_chunk_pages(self: StagedTransport, pages: int, num_chunks: int | None = None):
+    "Staging of `num_chunks` chunks of `pages` host pages each (a call with more pages streams through them)."
+    m = self.mirror
+    synchronize(m.device)                 # nothing queued may still use the buffers being replaced
+    self.chunk_pages = check_positive('pages', pages)
+    n = check_positive('num_chunks', self.num_chunks if num_chunks is None else num_chunks)
+    self.staging = torch.zeros((n, pages, m.layout.page_bytes), dtype=torch.uint8, device=m.device)
+    self.copiers = [_PageCopier(m, self.staging[b]) for b in range(n)]
+    self._group_copiers = {}              # (chunk, fence group) -> (copier over the group's bytes, pages it holds)
+    self.ready, self.free = [new_event(m.device) for _ in range(n)], [new_event(m.device) for _ in range(n)]
+    pairs = max(pages, min(self.max_chunk_pages, max(m.num_host_pages, m.num_device_pages)))
+    self.ids = _IdRing(self.id_slots, pairs, m.device)
+    self._next = 0
+    return self
 
-    def _take(self) -> int:
-        b = self._next
-        self._next = (b + 1) % len(self.copiers)
-        return b
+# %% ../nbs/07_host_transport.ipynb #b4cbbcfe
+@patch
+def _take(self: StagedTransport) -> int:
+    b = self._next
+    self._next = (b + 1) % len(self.copiers)
+    return b
 
 # %% ../nbs/07_host_transport.ipynb #6b5dcb34
 @patch
@@ -290,6 +300,7 @@ def _span(self: StagedTransport, group) -> tuple[int, int]:
     plan = self.mirror.layout
     return plan.offsets[group[0]], plan.offsets[group[-1]] + plan.slice_bytes[group[-1]]
 
+# %% ../nbs/07_host_transport.ipynb #c9b14971
 @patch
 def _group_copier(self: StagedTransport, b: int, group) -> tuple[_PageCopier, int]:
     "A copier over staging chunk `b` packed with fence group `group`'s bytes of each page, and how many pages fit."
@@ -323,6 +334,7 @@ def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
     copier.launch(self.ids.dev[slot], group, to_block=False, n_pairs=len(chunk), stream=ks)
     self.ids.done[slot].record(ks); self.free[b].record(ks)
 
+# %% ../nbs/07_host_transport.ipynb #27ac9d91
 @patch
 def move(self: StagedTransport, pages, to_host, groups, events, stream, on_group=None):
     if not len(pages): return Transport.move(self, pages, to_host, groups, events, stream, on_group)
@@ -345,6 +357,7 @@ def move(self: StagedTransport, pages, to_host, groups, events, stream, on_group
     wait_event(last, stream)                                      # the caller's stream: after the whole call
     return out if events else None
 
+# %% ../nbs/07_host_transport.ipynb #9474d8d7
 @patch
 def warmup(self: StagedTransport):
     "Compile the id, gather and scatter kernels (per fence group too) and make a first batched copy, ahead of any call."

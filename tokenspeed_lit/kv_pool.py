@@ -65,22 +65,26 @@ def _layer_view(pool: PagedKVPool, buffers, layer: int, name: str) -> torch.Tens
     j = pool._where[layer]
     return t if j is None else t[:, j]
 
+# %% ../nbs/05_kv_pool.ipynb #d67c6335
 @patch
 def k_of(self: PagedKVPool, layer: int) -> torch.Tensor:
     "Layer `layer`'s K rows, `[rows, heads, head_dim]` (a view into its slab in the slab layout)."
     return _layer_view(self, self.k_buffer, layer, 'K')
 
+# %% ../nbs/05_kv_pool.ipynb #adb1cc1c
 @patch
 def v_of(self: PagedKVPool, layer: int) -> torch.Tensor:
     "Layer `layer`'s V rows, `[rows, heads, head_dim]`."
     return _layer_view(self, self.v_buffer, layer, 'V')
 
+# %% ../nbs/05_kv_pool.ipynb #de01cca1
 @patch
 def get_state_buffers(self: PagedKVPool, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     "The `(conv, ssm)` state pair of a state layer; `ValueError` for any other layer."
     if layer not in self._state_of: raise ValueError(f'layer {layer} is not a state layer')
     return self.state_slabs[self._state_of[layer]]
 
+# %% ../nbs/05_kv_pool.ipynb #f3c8b421
 @patch
 def page_rows(self: PagedKVPool, page: int) -> slice:
     "The KV rows of page id `page`."
@@ -94,6 +98,7 @@ def alloc(self: PagedKVPool, n: int) -> list[int]:
     if n > len(self._free): raise ValueError(f'n={n} pages requested, {len(self._free)} free')
     return [self._free.pop() for _ in range(n)]
 
+# %% ../nbs/05_kv_pool.ipynb #a48c42df
 @patch
 def free(self: PagedKVPool, pages: Iterable[int]):
     "Return page ids to the free list."
@@ -106,6 +111,7 @@ def free(self: PagedKVPool, pages: Iterable[int]):
     if len(set(pages)) != len(pages): raise ValueError('pages: a page id appears twice')
     self._free.extend(reversed(pages))
 
+# %% ../nbs/05_kv_pool.ipynb #11848ca4
 @patch(as_prop=True)
 def num_free(self: PagedKVPool) -> int:
     "Page ids available to `alloc`."

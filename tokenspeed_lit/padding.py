@@ -47,6 +47,7 @@ PADDING = (
 )
 "Every persistent model-input buffer and its padding rule, in allocation order."
 
+# %% ../nbs/03_padding.ipynb #79ffb5ba
 def padding_values(dummy_kv_slot: int, state_write_padding_pool_index: int, has_mamba: bool = True) -> dict:
     "Buffer name -> padding value, with the two named values resolved."
     named = dict(dummy_kv_slot=int(dummy_kv_slot), state_write_padding_pool_index=int(state_write_padding_pool_index))
