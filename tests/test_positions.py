@@ -461,6 +461,7 @@ def compiled_variants(jit_fn) -> int:
 @pytest.mark.parametrize('out_dtype', [torch.int32, torch.int64])
 def test_groups_compile_once_per_dtype_combination(order, out_dtype):
     "Widths 1..4096, batches 1..8192, tokens, page sizes and rings (sampled): one compiled variant per dtype and G."
+    # (pointers are specialised on 16-byte alignment, as in every kernel: the outputs here are separate allocations)
     big = torch.randint(-1, 10**6, (8192, 4096), dtype=torch.int32, device=DEV)
     widths = [1, 2, 3, 15, 16, 17, 32, 100, 1024, 4095, 4096]
     batches = [1, 2, 7, 16, 17, 256, 1000, 4096, 8191, 8192]
@@ -469,7 +470,7 @@ def test_groups_compile_once_per_dtype_combination(order, out_dtype):
         for j, w in enumerate(widths[i % 3::3]):
             L = 1 + (i + j) % 4
             tables = [big[:, :w], big[:, :max(1, w // 2)]]
-            outs = torch.empty(2, bs * L, dtype=out_dtype, device=DEV)
+            outs = [torch.empty(bs * L, dtype=out_dtype, device=DEV) for _ in range(2)]   # aligned, as persistent buffers
             compute_out_cache_loc_groups(outs, torch.randperm(8192, device=DEV)[:bs], torch.full((bs,), L, device=DEV),
                                          torch.randint(0, 1000, (bs,), device=DEV), tables, [1 + (i * j) % 17, 16],
                                          [None, max(1, w // 3)], table_order=order)

@@ -56,6 +56,7 @@ def _expand_kernel(table_ptr,      # int32/int64 [num_rows, width]: page table i
 
 _expand = FastLaunch(_expand_kernel)
 
+# %% ../nbs/09_page_tables.ipynb #4b52fd68
 def _expand_grid(out_rows: int, out_width: int):
     "Blocks of `_ER` rows; up to `_MAX_SPLIT` programs per block along the columns."
     return triton.cdiv(out_rows, _ER), max(1, min(triton.cdiv(out_width, _EC), _MAX_SPLIT))
@@ -69,6 +70,7 @@ def _check_table_out(name: str, out, rows: int, device: int) -> torch.Tensor:
     if out.get_device() != device: raise ValueError(f'{name} is on {out.device}, table is not')
     return out
 
+# %% ../nbs/09_page_tables.ipynb #426f4cab
 def _check_expansion(table: torch.Tensor, out: torch.Tensor, ratio: int):
     "Debug mode: every page of `table` expands to a page id that fits `out`'s dtype."
     check_values('table', table.flatten(), hi=min((torch.iinfo(out.dtype).max + 1) // ratio, 2**63 - 1),

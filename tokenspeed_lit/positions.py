@@ -362,6 +362,7 @@ def _group_slot(table_ptr, meta_ptr, row, pos, dummy, live):
     width = tl.where(ring > 0, ring, width)
     return _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row, pos, page_size, dummy, live, False)
 
+# %% ../nbs/01_positions.ipynb #ebed9126
 @triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy'])
 def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each request (negative: 0)
                    cache_start_ptr,   # int [batch]: cache position of each request's first token
@@ -387,6 +388,8 @@ def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each requ
             tl.store(locs[g] + tok, slot, mask=m)
 
 _groups = FastLaunch(_groups_kernel)
+
+# %% ../nbs/01_positions.ipynb #e34252b6
 _GROUP_META: dict = {}
 
 def _group_meta(values: tuple, device) -> torch.Tensor:
@@ -403,6 +406,7 @@ def _seq(name: str, v) -> list:
         raise InputTypeError(f'{name} must be a list or tuple with one entry per group, got {type(v).__name__}')
     return list(v)
 
+# %% ../nbs/01_positions.ipynb #6c0c2fd0
 def _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths, dummy_slot, device: int, batch_rows: int):
     "`(outs, tables, page sizes, rings, dummy)` after the host checks of every group (ring 0: a full table)."
     outs, tables, sizes = (_seq(n, v) for n, v in (('out_cache_locs', out_cache_locs), ('req_to_pages', req_to_pages),
@@ -443,6 +447,7 @@ def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor,
         for o in outs: o.fill_(dummy)                        # no request: all padding
     return outs
 
+# %% ../nbs/01_positions.ipynb #2bca803b
 def compute_out_cache_loc_groups_ref(req_pool_indices, input_lengths, cache_start, req_to_pages, page_sizes,
                                      sliding_widths=None, dummy_slot=0, total_tokens=None, table_order='pool'):
     "Plain-torch slots of every group: one `compute_out_cache_loc_ref` per group (a ring: the table's first columns)."
