@@ -392,13 +392,14 @@ def test_step_batch_order_equals_pool_order(case):
 def test_hole_policy_on_the_fused_paths(order):
     "A page id <= 0 and a column past the table's width give the dummy slot on both fused paths, in both orders."
     table = torch.tensor([[0, 0], [3, -1], [5, 0], [6, 7]], dtype=torch.int32, device=DEV)   # row 3: a full row
-    pools, vcl = torch.tensor([1, 2, 3], device=DEV), torch.tensor([0, 2, 1, 6], dtype=torch.int32, device=DEV)
+    pools, vcl = torch.tensor([1, 2, 3], device=DEV), torch.tensor([0, 2, 2, 6], dtype=torch.int32, device=DEV)
     tbl = table if order == 'pool' else table[[1, 2, 3]]
     loc = torch.empty(9, dtype=torch.int32, device=DEV)
     fused_decode_input_prep(loc, torch.empty(9, dtype=torch.int64, device=DEV), torch.empty(3, device=DEV, dtype=torch.int32),
                             pools, vcl, 3, tbl, 4, 9, table_order=order)
-    # row 1 at 2..4: page 3 (14, 15), then the hole; row 2 at 1..3: page 5; row 3 at 6..8: page 7, then past the width
-    want = [14, 15, 9, 21, 22, 23, 30, 31, 9]
+    # row 1 at 2..4: page 3 (14, 15), then the hole -1; row 2 at 2..4: page 5 (22, 23), then the null page 0;
+    # row 3 at 6..8: page 7 (30, 31), then column 2: past the width
+    want = [14, 15, 9, 22, 23, 9, 30, 31, 9]
     assert loc.tolist() == want
     step = FusedDecodeStep.create(4, 12, 4, dummy_kv_slot=9, state_write_padding_pool_index=3, device=DEV)
     fim = torch.ones(4, 3, dtype=torch.int32, device=DEV)

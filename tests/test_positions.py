@@ -378,16 +378,15 @@ def test_batch_order_equals_pool_order_on_every_path(batch, table, page_size, da
         assert torch.equal(x, y)
 
 
-HOLE_TABLE = [[0, 0, 0], [3, -1, 7], [5, 0, 0]]          # row 1: a hole at column 1; row 2: null pages
+HOLE_TABLE = [[0, 0, 0], [3, -1, 0], [5, 7, 0]]     # row 1: a hole (-1) at column 1; row 2: a null page (0) at column 2
 
 
 def _paths():
     "(name, call) for every slot path: call(table, order) returns the slots of requests at pool rows 1 and 2."
-    P, S = _i(1, 2), _i(0, 4)                            # page size 4: row 1 covers columns 0..3 (3 is past the width)
+    P, S = _i(1, 2), _i(0, 6)                     # 7 tokens each, page size 4; row 2 reaches column 3: past the width
 
     def ragged(t, o):
-        out = _i(*[-1] * 14)
-        return compute_out_cache_loc(out, P, _i(7, 7), S, t, 4, 9, table_order=o)
+        return compute_out_cache_loc(_i(*[-1] * 14), P, _i(7, 7), S, t, 4, 9, table_order=o)
 
     def groups(t, o):
         return compute_out_cache_loc_groups([_i(*[-1] * 14)], P, _i(7, 7), S, [t], [4], dummy_slot=9, table_order=o)[0]
@@ -408,15 +407,9 @@ def test_hole_policy_on_every_path(name, call, order):
     "A page id <= 0 and a column past the table's width give the dummy slot (9), in both orders."
     table = torch.tensor(HOLE_TABLE, dtype=torch.int32)
     t = table if order == 'pool' else table[[1, 2]]
-    got = call(t.to(DEV), order).tolist()
-    # request 0 (row 1), positions 0..6: page 3 (slots 12..15), the hole (dummy) x3;
-    # request 1 (row 2), positions 4..10: the null page (dummy) x4, column 2 null (dummy) x3
-    assert got == [12, 13, 14, 15, 9, 9, 9] + [9] * 7, name
-    # past the width: request 0 at positions 8..11 reads column 2 (page 7), 12.. reads column 3: past the table
-    P = _i(1, 2)
-    out = _i(*[-1] * 8)
-    compute_out_cache_loc_uniform(out, P, 4, _i(10, 0), t.to(DEV), 4, 9, table_order=order)
-    assert out.tolist()[:4] == [30, 31, 9, 9]
+    # request 0 (row 1), positions 0..6: page 3 (slots 12..15), then the hole -1 (dummy);
+    # request 1 (row 2), positions 6..12: page 7 (30, 31), the null page 0 (dummy), column 3 past the width (dummy)
+    assert call(t.to(DEV), order).tolist() == [12, 13, 14, 15, 9, 9, 9] + [30, 31, 9, 9, 9, 9, 9], name
 
 
 @pytest.mark.parametrize('call, msg', [
