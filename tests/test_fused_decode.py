@@ -333,3 +333,89 @@ def test_debug_mode_names_the_request():
             fused_decode_input_prep(*o, torch.tensor([3, 3], device=DEV), vcl, 1, table, 4)
         with pytest.raises(ValueError, match=r'request 0: req_pool_indices\[0\] = 6, must be in \[0, 6\)'):
             fused_decode_input_prep(*o, torch.tensor([6, 3], device=DEV), vcl, 1, table, 4)
+
+
+# ---- batch-ordered tables (issue 16): identical to the pool-ordered call on the equivalent table -----------------
+
+def batch_rows_of(table, pools, g, rows=None):
+    "A batch-ordered table: row i is pool row pools[i] of `table` (garbage for a pool index outside it, and past B)."
+    rows = max(rows or 0, len(pools), 1)
+    bt = random_table(g, rows, table.shape[1]).to(table.device)
+    for i, p in enumerate(pools.tolist() if isinstance(pools, torch.Tensor) else pools):
+        if 0 <= p < table.shape[0]: bt[i] = table[p]
+    return bt
+
+
+@given(batch=st.sampled_from([0, 1]) | st.integers(0, 60), L=st.integers(1, 4), rows=st.integers(1, 10),
+       page_size=PAGE_SIZES, seed=st.integers(0, 2**31 - 1))
+def test_prep_batch_order_equals_pool_order(batch, L, rows, page_size, seed):
+    g = _gen(seed)
+    table = random_table(g, rows, 5)
+    vcl = torch.randint(-2, 5 * page_size + 4, (rows,), generator=g, dtype=torch.int32)
+    pools = torch.randint(-2, rows + 2, (batch,), generator=g)            # some outside the pool: dummy either way
+    bt = batch_rows_of(table, pools, g)
+    outs = []
+    for order, tbl in (('pool', table), ('batch', bt)):
+        o = [torch.full((batch * L,), -1, dtype=torch.int32, device=DEV),
+             torch.full((batch * L,), -1, dtype=torch.int64, device=DEV), torch.full((batch,), -1, device=DEV)]
+        fused_decode_input_prep(*o, pools.to(DEV), vcl.to(DEV), L, tbl.to(DEV), page_size, 3, table_order=order)
+        outs.append(o)
+    ref = fused_decode_input_prep_ref(pools, vcl, L, bt, page_size, 3, table_order='batch')
+    for x, y, r in zip(*outs, ref):
+        assert torch.equal(x, y) and torch.equal(x.cpu().long(), r)
+
+
+@given(step_cases())
+def test_step_batch_order_equals_pool_order(case):
+    "Two steps, one bound to the pool table, one to a persistent batch table rewritten before each step: equal."
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, page_size, bad_cache, seed = case
+    mk = lambda: FusedDecodeStep.create(max_bs, max_tok, page_size, dummy_kv_slot=3,
+                                        state_write_padding_pool_index=pool_rows, device=DEV, has_mamba=has_mamba)
+    a, b = mk(), mk()
+    sa = make_state(_gen(seed), pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
+    sb = [t.clone() for t in sa]
+    bt = torch.zeros(max_bs, sa[3].shape[1], dtype=torch.int32, device=DEV)   # the scheduler's batch table
+    a.bind(*sa[:3], vocab, sa[3])
+    b.bind(*sb[:3], vocab, bt, table_order='batch')
+    for pools, L, ovr, mamba, form in steps:
+        bt.copy_(batch_rows_of(sa[3], pools, _gen(seed), max_bs)[:max_bs])
+        a(pools, L, ovr, mamba)
+        b(pools, L, ovr, mamba)
+        synchronize(DEV)
+        for k, v in a.buffers.buffers().items():
+            assert torch.equal(v, b.buffers.buffers()[k]), k
+        for x, y in zip(sa, sb):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize('order', ['pool', 'batch'])
+def test_hole_policy_on_the_fused_paths(order):
+    "A page id <= 0 and a column past the table's width give the dummy slot on both fused paths, in both orders."
+    table = torch.tensor([[0, 0], [3, -1], [5, 0], [6, 7]], dtype=torch.int32, device=DEV)   # row 3: a full row
+    pools, vcl = torch.tensor([1, 2, 3], device=DEV), torch.tensor([0, 2, 2, 6], dtype=torch.int32, device=DEV)
+    tbl = table if order == 'pool' else table[[1, 2, 3]]
+    loc = torch.empty(9, dtype=torch.int32, device=DEV)
+    fused_decode_input_prep(loc, torch.empty(9, dtype=torch.int64, device=DEV), torch.empty(3, device=DEV, dtype=torch.int32),
+                            pools, vcl, 3, tbl, 4, 9, table_order=order)
+    # row 1 at 2..4: page 3 (14, 15), then the hole -1; row 2 at 2..4: page 5 (22, 23), then the null page 0;
+    # row 3 at 6..8: page 7 (30, 31), then column 2: past the width
+    want = [14, 15, 9, 22, 23, 9, 30, 31, 9]
+    assert loc.tolist() == want
+    step = FusedDecodeStep.create(4, 12, 4, dummy_kv_slot=9, state_write_padding_pool_index=3, device=DEV)
+    fim = torch.ones(4, 3, dtype=torch.int32, device=DEV)
+    bt = table if order == 'pool' else torch.cat([table[[1, 2, 3]], table[:1]])
+    step.bind(vcl, fim, torch.zeros(4, dtype=torch.bool, device=DEV), 10, bt, table_order=order)
+    step([1, 2, 3], 3)
+    synchronize(DEV)
+    assert step.buffers.out_cache_loc_buf[:9].tolist() == want
+
+
+def test_batch_order_host_checks():
+    step = FusedDecodeStep.create(4, 8, 4, device=DEV)
+    z = torch.zeros(3, dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match=r"req_to_page has 2 rows, max_bs=4 needed \(table_order='batch'\)"):
+        step.bind(z, z.view(3, 1), z.bool(), 10, torch.ones(2, 2, dtype=torch.int32, device=DEV), table_order='batch')
+    with pytest.raises(ValueError, match="table_order must be 'pool' or 'batch'"):
+        step.bind(z, z.view(3, 1), z.bool(), 10, torch.ones(4, 2, dtype=torch.int32, device=DEV), table_order='row')
+    with pytest.raises(ValueError, match=r"req_to_page has 1 rows, 2 needed \(table_order='batch'\)"):
+        fused_decode_input_prep(z[:2], z[:2].long(), z[:2], z[:2], z, 1, z.view(1, 3), 4, table_order='batch')

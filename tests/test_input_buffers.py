@@ -329,3 +329,25 @@ def test_clamp_and_dummy_rules():
     assert dummy_decode_seq_len(4, 12) == 3 and dummy_decode_seq_len(4, 0) == 1 and dummy_decode_seq_len(0, 5) == 1
     with pytest.raises(ValueError, match='capture_sizes'):
         pick_capture_size(1, [0, 4])
+
+
+@given(fill_cases())
+def test_fill_batch_order_equals_pool_order(case):
+    "fill_input_buffers with a persistent batch-ordered table, rewritten before each step, equals the pool-ordered fill."
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, ops, page_size, bad_cache, seed = case
+    mk = lambda: InputBuffers(max_bs, max_tok, page_size, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1,
+                              device=DEV, has_mamba=has_mamba)
+    a, b = mk(), mk()
+    rs_a, table = make_states(seed, pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
+    rs_b, _ = make_states(seed, pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
+    bt = torch.full((max_bs, table.shape[1]), 999, dtype=torch.int32, device=DEV)    # the scheduler's batch table
+    for op_in, op, total in ops:
+        pools = list(op.request_pool_indices)
+        if pools: bt[:len(pools)] = table[torch.tensor(pools, device=DEV)]
+        a.fill_input_buffers(op, rs_a, table, total)
+        b.fill_input_buffers(op, rs_b, bt, total, table_order='batch')
+        synchronize(DEV)
+        for k, v in a.buffers().items():
+            assert torch.equal(v, b.buffers()[k]), k
+        for x, y in zip(state_of(rs_a), state_of(rs_b)):
+            assert torch.equal(x, y)

@@ -278,3 +278,194 @@ def test_debug_mode_accepts_good_values():
         out = _i(0, 0, 0)
         compute_out_cache_loc(out, _i(1, 0), _i(2, 1), _i(0, 0), _t(1, 2).expand(2, 2), 4)
         compute_out_cache_loc_uniform(out[:2], _i(1, 0), 1, _i(0, 0), _t(1, 2).expand(2, 2), 4)
+
+
+# --- issue 16: batch-ordered tables, several KV groups in one launch, one hole policy on every path ---------------
+
+from tokenspeed_lit.core import HAS_ACCEL
+from tokenspeed_lit.positions import (compute_out_cache_loc_groups, compute_out_cache_loc_groups_ref,
+                                      _groups_kernel)
+
+
+def pool_table_from(batch_table, pool, data):
+    "A pool-indexed table whose row pool[i] is batch row i, the other rows random (another request's pages)."
+    rows = max(int(pool.max()) + 1 if len(pool) else 1, data.draw(st.integers(1, 12)))
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
+    table = torch.randint(-1, 1000, (rows, batch_table.shape[1]), generator=g, dtype=batch_table.dtype)
+    table[pool] = batch_table
+    return table
+
+
+def distinct_pool(data, b):
+    return torch.tensor(data.draw(st.permutations(range(b + data.draw(st.integers(0, 4)))))[:b], dtype=torch.int64)
+
+
+@given(ragged_batches(max_batch=30, length=st.integers(0, 12)), st.integers(1, 3), st.sampled_from(['pool', 'batch']),
+       st.data())
+def test_groups_equal_one_call_per_group(batch, G, order, data):
+    "One launch writes what G single-group calls write (full tables and rings), inside guarded outputs."
+    _, lens = batch
+    b = len(lens)
+    total = data.draw(totals(lens))
+    pool = distinct_pool(data, b) if order == 'batch' else torch.tensor(
+        data.draw(st.lists(st.integers(-1, 12), min_size=b, max_size=b)), dtype=torch.int64)
+    tables, sizes, widths = [], [], []
+    for _ in range(G):
+        t = data.draw(page_tables())
+        if order == 'batch':
+            t = torch.cat([t, t.new_zeros(max(0, b - t.shape[0]), t.shape[1])])    # a row per request
+        tables.append(t)
+        sizes.append(data.draw(PAGE_SIZES))
+        widths.append(data.draw(st.none() | st.integers(1, t.shape[1])))
+    start = torch.tensor(data.draw(st.lists(st.integers(-3, 40), min_size=b, max_size=b)), dtype=torch.int32)
+    dummy = data.draw(st.integers(0, 3))
+    bufs = [guarded(total, data.draw(st.sampled_from([torch.int32, torch.int64]))) for _ in range(G)]
+    compute_out_cache_loc_groups([o for _, o in bufs], pool.to(DEV), lens.to(DEV), start.to(DEV),
+                                 [t.to(DEV) for t in tables], sizes, widths, dummy, table_order=order)
+    refs = compute_out_cache_loc_groups_ref(pool, lens, start, tables, sizes, widths, dummy, total, order)
+    for g, ((buf, out), ref, t, w) in enumerate(zip(bufs, refs, tables, widths)):
+        assert torch.equal(out.cpu().long(), ref), f'group {g}'
+        assert_guards(buf)
+        if w is None:    # the single-group kernel itself
+            one = torch.empty_like(out)
+            compute_out_cache_loc(one, pool.to(DEV), lens.to(DEV), start.to(DEV), t.to(DEV), sizes[g], dummy,
+                                  table_order=order)
+            assert torch.equal(one, out), f'group {g}'
+
+
+@given(st.integers(0, 30), st.integers(1, 4), st.data())
+def test_groups_rings_equal_the_sliding_call(batch, L, data):
+    table = data.draw(page_tables())
+    w = data.draw(st.integers(1, table.shape[1]))
+    pool = torch.tensor(data.draw(st.lists(st.integers(0, table.shape[0] - 1), min_size=batch, max_size=batch)),
+                        dtype=torch.int64)
+    start = torch.tensor(data.draw(st.lists(st.integers(0, 60), min_size=batch, max_size=batch)), dtype=torch.int64)
+    a = torch.empty(batch * L, dtype=torch.int32, device=DEV)
+    b = torch.empty_like(a)
+    compute_out_cache_loc_groups([a], pool.to(DEV), torch.full((batch,), L, device=DEV), start.to(DEV),
+                                 [table.to(DEV)], [5], [w], dummy_slot=2)
+    compute_out_cache_loc_sliding(b, pool.to(DEV), L, start.to(DEV), table[:, :w].to(DEV), 5, dummy_slot=2)
+    assert torch.equal(a, b)
+
+
+@given(ragged_batches(max_batch=24, length=st.integers(0, 10)), page_tables(), PAGE_SIZES, st.data())
+def test_batch_order_equals_pool_order_on_every_path(batch, table, page_size, data):
+    "Each function, batch-ordered, writes what it writes pool-ordered on the pool table holding the same rows."
+    prefix, lens = batch
+    b = len(lens)
+    batch_table = torch.cat([table, table.new_zeros(max(0, b - table.shape[0]), table.shape[1])])[:max(b, 1)]
+    pool = distinct_pool(data, b)
+    pool_table = pool_table_from(batch_table[:b], pool, data)
+    start = torch.tensor(data.draw(st.lists(st.integers(-2, 40), min_size=b, max_size=b)), dtype=torch.int32)
+    total = data.draw(totals(lens))
+    L = data.draw(st.integers(1, 3))
+    P, S, T = pool.to(DEV), start.to(DEV), lens.to(DEV)
+
+    def run(order, tbl):
+        tbl = tbl.to(DEV)
+        outs = [torch.full((total,), -1, dtype=torch.int32, device=DEV) for _ in range(3)]
+        outs.append(torch.full((total,), -1, dtype=torch.int64, device=DEV))
+        outs += [torch.full((b * L,), -1, dtype=torch.int32, device=DEV) for _ in range(2)]
+        compute_out_cache_loc(outs[0], P, T, S, tbl, page_size, 3, table_order=order)
+        compute_out_cache_loc_groups([outs[1]], P, T, S, [tbl], [page_size], dummy_slot=3, table_order=order)
+        compute_positions_and_slots(outs[3], outs[2], prefix.to(DEV), T, S, P, tbl, page_size, total, 3,
+                                    table_order=order)
+        compute_out_cache_loc_uniform(outs[4], P, L, S, tbl, page_size, 3, table_order=order)
+        compute_out_cache_loc_sliding(outs[5], P, L, S, tbl, page_size, 3, table_order=order)
+        return outs
+
+    for x, y in zip(run('batch', batch_table), run('pool', pool_table)):
+        assert torch.equal(x, y)
+
+
+HOLE_TABLE = [[0, 0, 0], [3, -1, 0], [5, 7, 0]]     # row 1: a hole (-1) at column 1; row 2: a null page (0) at column 2
+
+
+def _paths():
+    "(name, call) for every slot path: call(table, order) returns the slots of requests at pool rows 1 and 2."
+    P, S = _i(1, 2), _i(0, 6)                     # 7 tokens each, page size 4; row 2 reaches column 3: past the width
+
+    def ragged(t, o):
+        return compute_out_cache_loc(_i(*[-1] * 14), P, _i(7, 7), S, t, 4, 9, table_order=o)
+
+    def groups(t, o):
+        return compute_out_cache_loc_groups([_i(*[-1] * 14)], P, _i(7, 7), S, [t], [4], dummy_slot=9, table_order=o)[0]
+
+    def both(t, o):
+        pos = torch.empty(14, dtype=torch.int64, device=DEV)
+        return compute_positions_and_slots(pos, _i(*[-1] * 14), S, _i(7, 7), S, P, t, 4, 14, 9, table_order=o)[1]
+
+    def uniform(t, o):
+        return compute_out_cache_loc_uniform(_i(*[-1] * 14), P, 7, S, t, 4, 9, table_order=o)
+
+    return [('ragged', ragged), ('groups', groups), ('positions_and_slots', both), ('uniform', uniform)]
+
+
+@pytest.mark.parametrize('order', ['pool', 'batch'])
+@pytest.mark.parametrize('name, call', _paths())
+def test_hole_policy_on_every_path(name, call, order):
+    "A page id <= 0 and a column past the table's width give the dummy slot (9), in both orders."
+    table = torch.tensor(HOLE_TABLE, dtype=torch.int32)
+    t = table if order == 'pool' else table[[1, 2]]
+    # request 0 (row 1), positions 0..6: page 3 (slots 12..15), then the hole -1 (dummy);
+    # request 1 (row 2), positions 6..12: page 7 (30, 31), the null page 0 (dummy), column 3 past the width (dummy)
+    assert call(t.to(DEV), order).tolist() == [12, 13, 14, 15, 9, 9, 9] + [30, 31, 9, 9, 9, 9, 9], name
+
+
+@pytest.mark.parametrize('call, msg', [
+    (lambda: compute_out_cache_loc(_i(0, 0), _i(1), _i(2), _i(0), _t(1, 2), 4, table_order='rows'),
+     "table_order must be 'pool' or 'batch', got 'rows'"),
+    (lambda: compute_out_cache_loc_uniform(_i(0, 0), _i(1, 0), 1, _i(0, 0), _t(1, 2), 4, table_order='batch'),
+     "req_to_page has 1 rows, 2 needed (table_order='batch')"),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2)], [4], [3]),
+     'sliding_widths[0] must be an integer in [1, 2], got 3'),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2)], 4),
+     'page_sizes must be a list or tuple'),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0)] * 9, _i(1), _i(2), _i(0), [_t(1, 2)] * 9, [4] * 9),
+     'req_to_pages must hold 1 to 8 tables, got 9'),
+    (lambda: compute_out_cache_loc_groups([], _i(1), _i(2), _i(0), [], []), 'req_to_pages must hold 1 to 8 tables'),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0), _i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2), _t(1, 2)], [4, 4],
+                                          dummy_slot=2**40), 'dummy_slot must be an integer in'),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2)], [4], table_order='batch',
+                                          dummy_slot=1.5), 'dummy_slot must be an integer'),
+])
+def test_bad_table_input_names_the_argument(call, msg):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert msg in str(e.value)
+
+
+def test_groups_debug_mode_names_the_request():
+    call = lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(3), _i(2), _i(0), [_t(1, 2).expand(2, 2)], [4])
+    call()
+    with device_value_checks():
+        with pytest.raises(ValueError, match=r'request 0: req_pool_indices\[0\] = 3, must be in \[0, 2\)'):
+            call()
+        compute_out_cache_loc_groups([_i(0, 0)], _i(3), _i(2), _i(0), [_t(1, 2)], [4], table_order='batch')
+
+
+def compiled_variants(jit_fn) -> int:
+    "Compiled specialisations of a Triton kernel, over every device."
+    return sum(len(cache[0]) for cache in jit_fn.device_caches.values())
+
+
+@pytest.mark.skipif(not HAS_ACCEL, reason='compiled kernels need a GPU')
+@pytest.mark.parametrize('order', ['pool', 'batch'])
+@pytest.mark.parametrize('out_dtype', [torch.int32, torch.int64])
+def test_groups_compile_once_per_dtype_combination(order, out_dtype):
+    "Widths 1..4096, batches 1..8192, tokens, page sizes and rings (sampled): one compiled variant per dtype and G."
+    # (pointers are specialised on 16-byte alignment, as in every kernel: the outputs here are separate allocations)
+    big = torch.randint(-1, 10**6, (8192, 4096), dtype=torch.int32, device=DEV)
+    widths = [1, 2, 3, 15, 16, 17, 32, 100, 1024, 4095, 4096]
+    batches = [1, 2, 7, 16, 17, 256, 1000, 4096, 8191, 8192]
+    before = compiled_variants(_groups_kernel)
+    for i, bs in enumerate(batches):
+        for j, w in enumerate(widths[i % 3::3]):
+            L = 1 + (i + j) % 4
+            tables = [big[:, :w], big[:, :max(1, w // 2)]]
+            outs = [torch.empty(bs * L, dtype=out_dtype, device=DEV) for _ in range(2)]   # aligned, as persistent buffers
+            compute_out_cache_loc_groups(outs, torch.randperm(8192, device=DEV)[:bs], torch.full((bs,), L, device=DEV),
+                                         torch.randint(0, 1000, (bs,), device=DEV), tables, [1 + (i * j) % 17, 16],
+                                         [None, max(1, w // 3)], table_order=order)
+    torch.cuda.synchronize()
+    assert compiled_variants(_groups_kernel) - before <= 1

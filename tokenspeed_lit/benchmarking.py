@@ -17,7 +17,7 @@ from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_eve
 __all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'Stamp', 'forward_unit',
            'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'launch_cost_beside',
            'bench_host_interference', 'bench_layerwise', 'host_tier_goals', 'engine_compute_positions',
-           'EngineInputBuffers', 'bench_host_overhead']
+           'EngineInputBuffers', 'bench_host_overhead', 'bench_staging_contracts']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -631,3 +631,78 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, title='host time per eager call (us)',
                 rows=rows)
+
+# %% ../nbs/90_benchmarking.ipynb #dea13482
+def _torch_slots(rows, lens, start, table, page_size: int, total: int, ring: int | None = None, dummy: int = 0):
+    "The torch chain a KV-slot launch replaces: owners, positions, columns (a ring: modulo), gather, masks."
+    L = lens.long()
+    owner = torch.repeat_interleave(torch.arange(len(L), device=L.device), L, output_size=total)   # no sync
+    pos = start.long()[owner] + torch.arange(total, device=L.device) - (torch.cumsum(L, 0) - L)[owner]
+    col = torch.div(pos, page_size, rounding_mode='floor')
+    width = table.shape[1] if ring is None else ring
+    if ring is not None: col = col % ring
+    page = table[rows.long()[owner], col.clamp(max=width - 1)].long()
+    return torch.where((col < width) & (page > 0), page * page_size + pos % page_size, dummy)
+
+# %% ../nbs/90_benchmarking.ipynb #141d0801
+_RATIO, _COLS, _OUT_COLS, _PAGE = 4, 128, 576, 16    # expansion: 128 pages per row, 4x, into 576 columns
+
+def _staging_inputs(B: int, device, rng) -> dict:
+    "Tables and a decode-like batch of `B` requests (1..4 tokens each) on `device`."
+    i32 = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int32, device=device)
+    table = i32(rng.integers(-1, 1 << 20, (B, _COLS)))
+    lens = i32(rng.integers(1, 5, B))
+    P = 2 * B + 1
+    return dict(table=table, lens=lens, total=int(lens.sum()), pools=torch.as_tensor(rng.permutation(P)[:B], device=device),
+                start=i32(rng.integers(0, _COLS * _PAGE - 8, B)), pool_table=i32(rng.integers(-1, 1 << 20, (P, _COLS))),
+                ring_table=i32(rng.integers(-1, 1 << 20, (P, 8))))
+
+# %% ../nbs/90_benchmarking.ipynb #b631fcdc
+def _staging_pairs(x: dict, device) -> list:
+    "(op, kernel, baseline, goal) of each contract on the inputs `x`; each pair is checked to write the same values."
+    from tokenspeed_lit.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable
+    from tokenspeed_lit.positions import compute_out_cache_loc, compute_out_cache_loc_groups
+    B, T, t = x['table'].shape[0], x['total'], x['table']
+    out, out_t = (torch.empty(B, _OUT_COLS, dtype=torch.int32, device=device) for _ in range(2))
+    padded = B + B // 8
+    dpt, dpt_t = (DraftPageTable(padded, _OUT_COLS, _RATIO, device=device) for _ in range(2))
+    loc, loc_t = (torch.empty(T, dtype=torch.int32, device=device) for _ in range(2))
+    locs, locs_t = (torch.empty(2, T, dtype=torch.int32, device=device) for _ in range(2))
+    batch_rows = torch.arange(B, device=device)
+    groups = ([x['pool_table'], x['ring_table']], [_PAGE, _PAGE], [None, 8])
+    args = (x['pools'], x['lens'], x['start'])
+
+    def draft_chain():
+        dpt_t.table[:B].copy_(expand_page_table_ref(t, _OUT_COLS, _RATIO)); dpt_t.table[B:padded].zero_()
+
+    def groups_chain():
+        locs_t[0].copy_(_torch_slots(x['pools'], x['lens'], x['start'], x['pool_table'], _PAGE, T))
+        locs_t[1].copy_(_torch_slots(x['pools'], x['lens'], x['start'], x['ring_table'], _PAGE, T, ring=8))
+
+    return [
+        ('expand_page_table', lambda: expand_page_table(t, out, _RATIO),
+         lambda: out_t.copy_(expand_page_table_ref(t, _OUT_COLS, _RATIO)), (out, out_t)),
+        ('DraftPageTable.publish', lambda: dpt.publish(t, padded), draft_chain, (dpt.table, dpt_t.table)),
+        ("compute_out_cache_loc table_order='batch'",
+         lambda: compute_out_cache_loc(loc, *args, x['table'], _PAGE, table_order='batch'),
+         lambda: loc_t.copy_(_torch_slots(batch_rows, x['lens'], x['start'], x['table'], _PAGE, T)), (loc, loc_t)),
+        ('compute_out_cache_loc_groups G=2', lambda: compute_out_cache_loc_groups(locs, *args, *groups),
+         groups_chain, (locs, locs_t)),
+        ('groups G=2 vs one single-group call', lambda: compute_out_cache_loc_groups(locs, *args, *groups),
+         lambda: compute_out_cache_loc(loc_t, *args, x['pool_table'], _PAGE), None)]
+
+# %% ../nbs/90_benchmarking.ipynb #6c376348
+def bench_staging_contracts(device=None, batches=(1, 256, 4096), seed: int = 0) -> Table:
+    "Device time of each issue-16 kernel against the torch chain it replaces (and G=2 groups against one group)."
+    device, rng, rows = as_device(device), np.random.default_rng(seed), []
+    for B in batches:
+        for op, kernel, baseline, check in _staging_pairs(_staging_inputs(B, device, rng), device):
+            kernel(); baseline(); synchronize(device)
+            if check is not None: assert torch.equal(*check), f'{op} at batch {B}: the kernel differs from torch'
+            k_us, b_us = device_time_us(kernel, device), device_time_us(baseline, device)
+            one = check is None                                  # the groups kernel against one single-group call
+            goal = 1 / 1.2 if one else 3.0 if B >= 256 else 1.0
+            rows.append(dict(op=op, batch=B, kernel_us=k_us, baseline_us=b_us, speedup=b_us / k_us,
+                             goal=f'>= {goal:.2f}x' + (' (<= 1.2x one group)' if one else ''),
+                             met=b_us / k_us >= goal))
+    return Table(rows, title='staging contracts (issue 16): device time in µs, kernel vs the torch chain it replaces')

@@ -14,7 +14,8 @@ from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, 
                                  device_checks_enabled, check_values, check_unique)
 import triton
 import triton.language as tl
-from .positions import (_kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, _MAX_TOKENS)
+from .positions import (_kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, _MAX_TOKENS,
+                                      _batch_rows)
 from .padding import PAD_TOKEN_ID, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
@@ -24,13 +25,13 @@ __all__ = ['fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_de
 # %% ../nbs/02_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
                                 uniform_input_length: int, req_to_page: torch.Tensor, page_size: int,
-                                dummy_slot: int = 0):
+                                dummy_slot: int = 0, table_order: str = 'pool'):
     "Plain torch: `(out_cache_loc, positions, seq_lens)` (int64) of a decode batch of `uniform_input_length` tokens per request."
     pool, L, n = req_pool_indices.long(), int(uniform_input_length), valid_cache_lengths.numel()
     ok = (pool >= 0) & (pool < n)
     cache = torch.where(ok, valid_cache_lengths.long()[pool.clamp(0, n - 1)], 0)
     pos = (cache[:, None] + torch.arange(L, device=pool.device)[None, :]).flatten()
-    row = torch.where(ok, pool, -1)[:, None].expand(-1, L).flatten()
+    row = torch.where(ok, pool if table_order == 'pool' else torch.arange(len(pool)), -1)[:, None].expand(-1, L).flatten()
     return kv_slot_ref(req_to_page, row, pos, page_size, dummy_slot), pos, cache + L
 
 # %% ../nbs/02_fused_decode.ipynb #2d5c73f7
@@ -48,9 +49,15 @@ def decode_input_prep_unfused(out_cache_loc: torch.Tensor, positions: torch.Tens
 # %% ../nbs/02_fused_decode.ipynb #72df51cc
 @triton.jit(do_not_specialize=['batch', 'L', 'num_pool', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size',
                                'dummy'])
-def _decode_prep_kernel(loc_ptr, pos_ptr, seq_ptr, pool_ptr, vcl_ptr, batch, L, num_pool,
-                        table_ptr, stride_row, stride_col, num_rows, width, page_size, dummy,
-                        R: tl.constexpr, LP: tl.constexpr):
+def _decode_prep_kernel(loc_ptr,      # int32/int64 [batch * L]: KV slots out
+                        pos_ptr,      # int64 [batch * L]: positions out
+                        seq_ptr,      # int32/int64 [batch]: sequence lengths out (cache + L)
+                        pool_ptr,     # int [batch]: pool row of each request
+                        vcl_ptr,      # int [num_pool]: cached length of each pool row
+                        batch, L, num_pool,
+                        table_ptr,    # int [num_rows, width]: page table, pool- or batch-ordered
+                        stride_row, stride_col, num_rows, width, page_size, dummy,
+                        BATCH_ROWS: tl.constexpr, R: tl.constexpr, LP: tl.constexpr):
     req = tl.program_id(0) * R + tl.arange(0, R)
     live = req < batch
     pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
@@ -62,7 +69,10 @@ def _decode_prep_kernel(loc_ptr, pos_ptr, seq_ptr, pool_ptr, vcl_ptr, batch, L, 
     pos = cache[:, None] + j[None, :]
     tok = req[:, None].to(tl.int64) * L + j[None, :]
     tl.store(pos_ptr + tok, pos, mask=m)
-    row = tl.where(ok, pool, -1)                                         # a bad pool row reads no page
+    if BATCH_ROWS:                                                       # batch order: request i owns row i
+        row = tl.where(ok, req.to(tl.int64), -1)
+    else:
+        row = tl.where(ok, pool, -1)                                     # a bad pool row reads no page
     slot = _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row[:, None], pos, page_size, dummy, m,
                     False)
     tl.store(loc_ptr + tok, slot, mask=m)
@@ -71,7 +81,8 @@ _decode_prep = FastLaunch(_decode_prep_kernel)
 
 def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor, seq_lens_out: torch.Tensor,
                             req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
-                            uniform_input_length: int, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
+                            uniform_input_length: int, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0,
+                            table_order: str = 'pool'):
     "KV slots, positions and `cache + L` sequence lengths of a decode batch, reading each cached length once; one launch."
     batch, dev = check_vectors(req_pool_indices=req_pool_indices)
     num_pool, _ = check_vectors(valid_cache_lengths=valid_cache_lengths)
@@ -82,6 +93,9 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
     if req_to_page.get_device() != dev: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
+    by_batch = _batch_rows(table_order)
+    if by_batch and req_to_page.shape[0] < batch:
+        raise ValueError(f"req_to_page has {req_to_page.shape[0]} rows, {batch} needed (table_order='batch')")
     page_size = check_positive('page_size', page_size)
     L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
     check_out('out_cache_loc', out_cache_loc, batch * L, device=dev)
@@ -90,7 +104,8 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
     bits = 8 * out_cache_loc.element_size() - 1
     dummy_slot = check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
     if device_checks_enabled():
-        check_values('req_pool_indices', req_pool_indices, lo=0, hi=min(valid_cache_lengths.numel(), req_to_page.shape[0]))
+        rows = valid_cache_lengths.numel() if by_batch else min(valid_cache_lengths.numel(), req_to_page.shape[0])
+        check_values('req_pool_indices', req_pool_indices, lo=0, hi=rows)
         check_unique('pool row', req_pool_indices)
         check_values('valid_cache_lengths', valid_cache_lengths[req_pool_indices.long()], lo=0, index=req_pool_indices)
     if batch:
@@ -98,7 +113,7 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
         R = max(1, min(128, 1024 // LP))
         _decode_prep((triton.cdiv(batch, R),), out_cache_loc, positions, seq_lens_out, req_pool_indices,
                      valid_cache_lengths, batch, L, num_pool, req_to_page, *req_to_page.stride(), *req_to_page.shape,
-                     page_size, dummy_slot, R=R, LP=LP)
+                     page_size, dummy_slot, BATCH_ROWS=by_batch, R=R, LP=LP)
     return out_cache_loc, positions, seq_lens_out
 
 # %% ../nbs/02_fused_decode.ipynb #48f00ab3
@@ -117,7 +132,9 @@ _FIELDS = (
     # offsets of the staging sections (int32 elements from the header)
     's_pool', 's_override', 's_mamba', 's_lengths', 's_extend_prefix', 's_ids', 's_cache_start',
     # written every step, read only by the staging copy: how many ints of the slot to copy
-    'staged')
+    'staged',
+    # written at bind: 1 when the page table is batch-ordered (row i: batch row i), 0 when pool-indexed
+    'table_batch_order')
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _HEADER = 64                 # header ints (>= len(_FIELDS)); sections start after it
 _ROWS, _TILE = 64, 256       # requests per program, tokens per tile of the token loops (literals in the kernel)
@@ -199,6 +216,7 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
     S_EPRE = tl.load(s32 + 45)
     S_IDS = tl.load(s32 + 46)
     S_CSTART = tl.load(s32 + 47)
+    BROWS = tl.load(s32 + 49) != 0             # table_batch_order (48: staged)
 
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -249,8 +267,8 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
     tl.store(s32 + O_SHIFT + tok, ids, mask=tmask)
     pos = cache[:, None] + j
     tl.store(s64 + O_POS + tok, pos, mask=tmask)
-    slot = _kv_slot(table_ptr, TS0, TS1, TROWS, TCOLS, tl.where(ok, pool64, -1)[:, None], pos, PAGE, DUMMY,
-                    tmask, False)
+    trow = tl.where(ok, tl.where(BROWS, rows.to(tl.int64), pool64), -1)   # batch order: request i owns row i
+    slot = _kv_slot(table_ptr, TS0, TS1, TROWS, TCOLS, trow[:, None], pos, PAGE, DUMMY, tmask, False)
     tl.store(s32 + O_LOC + tok, slot, mask=tmask)
 
     # ---- token buffers: prefill ids from the staging buffer, then the padding tail ----
@@ -336,11 +354,11 @@ class FusedDecodeStep:
 
 # %% ../nbs/02_fused_decode.ipynb #9d471eb6
 @patch
-def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table):
+def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table, by_batch: bool = False):
     self._write_static(dict(vocab_size=vocab_size, num_pool=vcl.numel(), fim_stride=fim.stride(0),
                             fim_width=fim.shape[1], table_stride0=table.stride(0), table_stride1=table.stride(1),
-                            table_rows=table.shape[0], table_cols=table.shape[1]))
-    self._state = (vcl, fim, ready, table, vocab_size)
+                            table_rows=table.shape[0], table_cols=table.shape[1], table_batch_order=int(by_batch)))
+    self._state = (vcl, fim, ready, table, vocab_size, by_batch)
     self.num_pool, self.width = vcl.numel(), fim.shape[1]
     self._seen = np.zeros(self.num_pool, dtype=np.int32)   # scratch of the duplicate check: one entry per pool row
     self._args = (*self._views, vcl, fim, ready, table)     # the launch arguments, built once
@@ -349,8 +367,9 @@ def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table):
 
 @patch
 def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_map: torch.Tensor,
-         remote_spec_candidate_ready: torch.Tensor, vocab_size: int, req_to_page: torch.Tensor):
-    "Attach the step to its runtime state and page table (checked here, once); returns the step."
+         remote_spec_candidate_ready: torch.Tensor, vocab_size: int, req_to_page: torch.Tensor,
+         table_order: str = 'pool'):
+    "Attach the step to its runtime state and page table (pool- or batch-ordered; checked here, once); returns the step."
     check_int_tensor('valid_cache_lengths', valid_cache_lengths, ndim=1)
     check_int_tensor('future_input_map', future_input_map, ndim=2)
     if future_input_map.dtype not in (torch.int32, torch.int64):   # the step writes overrides into it
@@ -369,22 +388,26 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
                          'must be contiguous (the step writes them in place)')
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
+    by_batch = _batch_rows(table_order)
+    if by_batch and req_to_page.shape[0] < self.max_bs:          # a row for every batch row the step can stage
+        raise ValueError(f"req_to_page has {req_to_page.shape[0]} rows, max_bs={self.max_bs} needed (table_order='batch')")
     if not 2 <= check_int('vocab_size', vocab_size) < 2**31:
         raise ValueError(f'vocab_size must be an integer >= 2 (the padding token id is {PAD_TOKEN_ID}), got {vocab_size}')
     vocab_size = int(vocab_size)
     check_same_device(buffers=self.buffers.slab, valid_cache_lengths=valid_cache_lengths,
                       future_input_map=future_input_map, remote_spec_candidate_ready=ready, req_to_page=req_to_page)
-    self._bind(valid_cache_lengths, future_input_map, ready, vocab_size, req_to_page)
+    self._bind(valid_cache_lengths, future_input_map, ready, vocab_size, req_to_page, by_batch)
     self.bound = True
     return self
 
 @patch
 def is_bound_to(self: FusedDecodeStep, valid_cache_lengths, future_input_map, remote_spec_candidate_ready,
-                vocab_size, req_to_page) -> bool:
-    "True when the step is bound to exactly these tensors (identity) and vocabulary size."
-    vcl, fim, ready, table, vocab = self._state
+                vocab_size, req_to_page, table_order: str = 'pool') -> bool:
+    "True when the step is bound to exactly these tensors (identity), vocabulary size and table order."
+    vcl, fim, ready, table, vocab, by_batch = self._state
     return (self.bound and vcl is valid_cache_lengths and fim is future_input_map and
-            ready is remote_spec_candidate_ready and table is req_to_page and vocab == vocab_size)
+            ready is remote_spec_candidate_ready and table is req_to_page and vocab == vocab_size and
+            by_batch == (table_order == 'batch'))
 
 # %% ../nbs/02_fused_decode.ipynb #5c33bcea
 @patch
@@ -553,7 +576,7 @@ def apply_overrides_ref(future_input_map: torch.Tensor, remote_spec_candidate_re
 
 def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_input_map, remote_spec_candidate_ready,
                     vocab_size: int, req_to_page, page_size: int, req_pool_indices, uniform_input_length: int,
-                    decode_input_ids=None, mamba=None):
+                    decode_input_ids=None, mamba=None, table_order: str = 'pool'):
     "Plain torch: `(buffers, (valid_cache_lengths, future_input_map, remote_spec_candidate_ready))` after one decode step."
     bufs = {k: v.clone() for k, v in buffers.items()}
     vcl, fim, ready = valid_cache_lengths.clone(), future_input_map.clone(), remote_spec_candidate_ready.clone()
@@ -564,8 +587,8 @@ def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_inp
     cache = vcl[pool].long()
     tok = fim[pool, :L].flatten().clamp(0, vocab_size - 1)
     pos = (cache[:, None] + torch.arange(L)[None, :]).flatten()
-    slots = kv_slot_ref(req_to_page, pool[:, None].expand(-1, L).flatten(), pos, page_size,
-                        values['out_cache_loc_buf'])
+    rows = pool if table_order == 'pool' else torch.arange(B)
+    slots = kv_slot_ref(req_to_page, rows[:, None].expand(-1, L).flatten(), pos, page_size, values['out_cache_loc_buf'])
     for name, v in (('input_ids_buf', tok), ('shifted_prefill_ids_buf', tok), ('positions_buf', pos),
                     ('out_cache_loc_buf', slots)):
         bufs[name][:T] = v

@@ -135,7 +135,7 @@ def _fill_decode(self: InputBuffers, fo, batch, width, pools):
 
 # %% ../nbs/04_input_buffers.ipynb #10fa7048
 @patch
-def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page, pools, lens):
+def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page, pools, lens, table_order):
     st, lay = self.step, self.step.layout
     prefill = sum(lens[:ne])
     prefix, full = int_list('extend_prefix_lens', fo.extend_prefix_lens), int_list('prefill_lengths', fo.prefill_lengths)
@@ -169,23 +169,24 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
         compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[lay['extend_prefix']:][:ne],
                                     stage[lay['lengths']:][:ne], stage[lay['cache_start']:][:ne],
                                     self.req_pool_indices_buf[:ne], req_to_page, self.page_size, prefill,
-                                    self.dummy_kv_slot)
+                                    self.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
     self.all_extends_mid_chunk = ne == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return ovr
 
 # %% ../nbs/04_input_buffers.ipynb #4b5ad139
 @patch
 def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
-                       total_tokens: int):
-    "Fill every buffer for one step; returns the decode overrides (`None` when there are none or all are -1)."
+                       total_tokens: int, table_order: str = 'pool'):
+    "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None`."
     st, rs = self.step, runtime_states
     if not st.is_bound_to(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready,
-                          rs.vocab_size, req_to_page):
-        st.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size, req_to_page)
+                          rs.vocab_size, req_to_page, table_order):
+        st.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size, req_to_page,
+                table_order)
     width = st.width
     batch, ne, pools, lens = self._check_step(forward_op, total_tokens, width)
     if ne == 0: return self._fill_decode(forward_op, batch, width, pools)
-    return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page, pools, lens)
+    return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page, pools, lens, table_order)
 
 @patch
 def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int):
@@ -198,7 +199,8 @@ from .padding import reset_tail
 from .fused_decode import apply_overrides_ref
 
 def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, valid_cache_lengths, future_input_map,
-                           remote_spec_candidate_ready, vocab_size: int, req_to_page, total_tokens: int, page_size: int):
+                           remote_spec_candidate_ready, vocab_size: int, req_to_page, total_tokens: int, page_size: int,
+                           table_order: str = 'pool'):
     "Plain torch: `(buffers, (valid_cache_lengths, future_input_map, remote_spec_candidate_ready))` after one fill."
     fo = forward_op
     bufs = {k: v.clone() for k, v in buffers.items()}
@@ -214,7 +216,7 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
     bufs['extend_seq_lens_buf'][:ne] = lens[:ne]
     cache = vcl[pool].long()
     bufs['out_cache_loc_buf'][:T] = compute_out_cache_loc_ref(pool, lens, cache, req_to_page, page_size,
-                                                              values['out_cache_loc_buf'])
+                                                              values['out_cache_loc_buf'], table_order=table_order)
     bufs['positions_buf'][:T] = compute_positions_ref(torch.cat([prefix, cache[ne:]]), lens)[0]
     bufs['seq_lens_buf'][:B] = cache + lens
     P = int(lens[:ne].sum())

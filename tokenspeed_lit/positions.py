@@ -7,13 +7,14 @@ from __future__ import annotations
 import torch
 from .core import (check_int_tensor, check_capacity, check_positive, check_int,
                                  check_out, check_vectors, device_checks_enabled, check_values, check_unique,
-                                 FastLaunch)
+                                 check_same_len, FastLaunch, InputTypeError, to_device_async)
 import triton
 import triton.language as tl
 
 # %% auto #0
 __all__ = ['compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref', 'compute_out_cache_loc',
-           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding']
+           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding',
+           'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -67,43 +68,62 @@ def _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool, pos, page
 
 # %% ../nbs/01_positions.ipynb #51212bb9
 @triton.jit
+def _block_layout(lens_ptr, batch, total_tokens, R: tl.constexpr, CHUNK: tl.constexpr):
+    "`(r, req, live, starts, first, end, stop)` of this program's block of `R` requests (int32 token indices)."
+    r = tl.arange(0, R)
+    req = tl.program_id(0) * R + r
+    live = req < batch
+    lens = tl.load(lens_ptr + req, mask=live, other=0).to(tl.int64)
+    lens = tl.minimum(tl.maximum(lens, 0), total_tokens)   # negative: no tokens; huge: no further than the end
+    first = _sum_before(lens_ptr, tl.program_id(0) * R, total_tokens, CHUNK)   # first token of the block
+    starts = tl.minimum(first + tl.cumsum(lens, axis=0) - lens, total_tokens).to(tl.int32)   # exclusive scan
+    end = tl.minimum(first + tl.sum(lens, axis=0), total_tokens).to(tl.int32)
+    stop = tl.where(tl.program_id(0) == tl.num_programs(0) - 1, total_tokens, end)   # the last block: the padding
+    return r, req, live, starts, first, end, stop
+
+@triton.jit
+def _owner_onehot(tok, starts, live, r):
+    "`[C, R]` one-hot: token `tok[i]` belongs to lane `r[j]` (the last live request starting at or before it)."
+    owner_starts = tl.where(live, starts, 2147483647)      # dead lanes own nothing
+    owner = tl.sum((tok[:, None] >= owner_starts[None, :]).to(tl.int32), axis=1) - 1
+    return owner[:, None] == r[None, :]
+
+@triton.jit
+def _table_rows(pool_ptr, req, live, BATCH_ROWS: tl.constexpr):
+    "The page-table row of each request: `req_pool_indices[req]` (pool order) or `req` itself (batch order)."
+    if BATCH_ROWS:
+        rows = req.to(tl.int64)
+    else:
+        rows = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
+    return rows
+
+@triton.jit
 def _ragged(lens_ptr,        # int32/int64 [batch]: tokens of each request (negative: 0)
             pos_base_ptr,    # int [batch]: position of each request's first token (WRITE_POS)
             pos_ptr,         # int64 [total_tokens]: positions out (WRITE_POS)
             start_ptr,       # int32 [batch]: each request's first token out (WRITE_POS)
             loc_base_ptr,    # int [batch]: cache position of each request's first token (WRITE_LOC)
-            pool_ptr,        # int [batch]: pool row of each request (WRITE_LOC)
-            table_ptr,       # int [num_rows, width]: page table (WRITE_LOC)
+            pool_ptr,        # int [batch]: pool row of each request (WRITE_LOC, pool order)
+            table_ptr,       # int [num_rows, width]: page table, pool- or batch-ordered (WRITE_LOC)
             loc_ptr,         # int32/int64 [total_tokens]: KV slots out (WRITE_LOC)
             batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
-            WRITE_POS: tl.constexpr, WRITE_LOC: tl.constexpr,
+            WRITE_POS: tl.constexpr, WRITE_LOC: tl.constexpr, BATCH_ROWS: tl.constexpr,
             R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
-    blk = tl.program_id(0)                    # block of R requests
     split = tl.program_id(1)                  # this program's share of the block's token tiles
     nsplit = tl.num_programs(1)
-    r = tl.arange(0, R)
-    req = blk * R + r
-    live = req < batch
-    lens = tl.load(lens_ptr + req, mask=live, other=0).to(tl.int64)
-    lens = tl.minimum(tl.maximum(lens, 0), total_tokens)   # negative: no tokens; huge: no further than the end
-    first = _sum_before(lens_ptr, blk * R, total_tokens, CHUNK)   # first token of the block (<= total_tokens)
-    starts = tl.minimum(first + tl.cumsum(lens, axis=0) - lens, total_tokens).to(tl.int32)   # exclusive scan
-    end = tl.minimum(first + tl.sum(lens, axis=0), total_tokens).to(tl.int32)
-    stop = tl.where(blk == tl.num_programs(0) - 1, total_tokens, end)   # the last block also writes the padding
+    r, req, live, starts, first, end, stop = _block_layout(lens_ptr, batch, total_tokens, R, CHUNK)
     if WRITE_POS:
         if split == 0:
             tl.store(start_ptr + req, starts, mask=live)
         pos_delta = tl.load(pos_base_ptr + req, mask=live, other=0).to(tl.int64) - starts
     if WRITE_LOC:
         loc_delta = tl.load(loc_base_ptr + req, mask=live, other=0).to(tl.int64) - starts
-        pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
-    owner_starts = tl.where(live, starts, 2147483647)      # dead lanes own nothing
+        pool = _table_rows(pool_ptr, req, live, BATCH_ROWS)
     for t0 in range(first + split * C, stop, nsplit * C):  # bounded by total_tokens, whatever the lengths
         tok = t0 + tl.arange(0, C)
         m = tok < stop                                     # never past total_tokens
         covered = tok < end                                # past the requests' last token: padding
-        owner = tl.sum((tok[:, None] >= owner_starts[None, :]).to(tl.int32), axis=1) - 1
-        hot = owner[:, None] == r[None, :]                 # [C, R] one-hot: token -> its request
+        hot = _owner_onehot(tok, starts, live, r)          # [C, R] one-hot: token -> its request
         if WRITE_POS:
             pos = tok + tl.sum(tl.where(hot, pos_delta[None, :], 0), axis=1)
             tl.store(pos_ptr + tok, tl.where(covered, pos, 0), mask=m)
@@ -120,21 +140,23 @@ _RUNTIME_INTS = ['batch', 'total_tokens', 'stride_row', 'stride_col', 'num_rows'
 def _positions_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, batch, total_tokens,
                       R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
     _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, lens_ptr, lens_ptr, lens_ptr, pos_ptr,
-            batch, total_tokens, 0, 0, 0, 0, 1, 0, True, False, R, C, CHUNK)
+            batch, total_tokens, 0, 0, 0, 0, 1, 0, True, False, False, R, C, CHUNK)
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _slots_kernel(lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
                   batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
-                  R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+                  BATCH_ROWS: tl.constexpr, R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
     _ragged(lens_ptr, lens_ptr, loc_ptr, lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
-            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, False, True, R, C, CHUNK)
+            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, False, True, BATCH_ROWS,
+            R, C, CHUNK)
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _positions_slots_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
                             batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
-                            R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
+                            BATCH_ROWS: tl.constexpr, R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
     _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
-            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, True, True, R, C, CHUNK)
+            batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, True, True, BATCH_ROWS,
+            R, C, CHUNK)
 
 _positions, _slots, _positions_slots = (FastLaunch(k) for k in (_positions_kernel, _slots_kernel,
                                                                  _positions_slots_kernel))
@@ -188,38 +210,53 @@ def kv_slot_ref(req_to_page: torch.Tensor, pool: torch.Tensor, position: torch.T
     return torch.where(ok, page * page_size + position % page_size, torch.full_like(position, dummy_slot))
 
 def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_to_page, page_size, dummy_slot=0,
-                              total_tokens: int | None = None):
+                              total_tokens: int | None = None, sliding: bool = False, table_order: str = 'pool'):
     "Plain-torch KV slots of a ragged batch, token by token; with `total_tokens`, cut or padded (dummy) to it."
     owner, offset, _ = _layout_ref(input_lengths, total_tokens)
     position = cache_start.long()[owner] + offset
-    slots = kv_slot_ref(req_to_page, req_pool_indices.long()[owner], position, page_size, dummy_slot)
+    rows = req_pool_indices.long() if table_order == 'pool' else torch.arange(len(input_lengths))
+    slots = kv_slot_ref(req_to_page, rows.to(owner.device)[owner], position, page_size, dummy_slot, sliding)
     return _pad_to(slots, total_tokens, dummy_slot)
 
 # %% ../nbs/01_positions.ipynb #fa4bc810
-def _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, device: int):
+def _batch_rows(table_order: str) -> bool:
+    "True for a batch-ordered table (`'batch'`: row i is batch row i), False for a pool-indexed one (`'pool'`)."
+    if table_order not in ('pool', 'batch'):
+        raise ValueError(f"table_order must be 'pool' or 'batch', got {table_order!r}")
+    return table_order == 'batch'
+
+def _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, device: int, batch_rows: int = 0,
+                      names=('out_cache_loc', 'req_to_page', 'page_size')):
     "Host checks shared by the KV slot launchers (the per-request vectors are checked by the caller)."
-    check_out('out_cache_loc', out_cache_loc, 0, device=device)
-    check_int_tensor('req_to_page', req_to_page, ndim=2)
+    out_name, table_name, ps_name = names
+    check_out(out_name, out_cache_loc, 0, device=device)
+    check_int_tensor(table_name, req_to_page, ndim=2)
     if req_to_page.shape[0] == 0 or req_to_page.shape[1] == 0:
-        raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
-    if req_to_page.get_device() != device: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
+        raise ValueError(f'{table_name} must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
+    if req_to_page.shape[0] < batch_rows:        # batch order: one table row per request
+        raise ValueError(f"{table_name} has {req_to_page.shape[0]} rows, {batch_rows} needed (table_order='batch')")
+    if req_to_page.get_device() != device: raise ValueError(f'{table_name} is on {req_to_page.device}, the inputs are not')
     bits = 8 * out_cache_loc.element_size() - 1
-    return check_positive('page_size', page_size), check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
+    return check_positive(ps_name, page_size), check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
 
 def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
-                          cache_start: torch.Tensor, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0):
+                          cache_start: torch.Tensor, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0,
+                          table_order: str = 'pool'):
     "Write the KV slot of every token of a ragged batch into `out_cache_loc`, `dummy_slot` past the requests' tokens."
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
-    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
+    by_batch = _batch_rows(table_order)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
+                                              batch if by_batch else 0)
     total = check_int('out_cache_loc.numel()', out_cache_loc.numel(), hi=_MAX_TOKENS)
     if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_loc.numel()',
-                                                     prefix=('cache_start', cache_start), pool=req_pool_indices,
+                                                     prefix=('cache_start', cache_start),
+                                                     pool=None if by_batch else req_pool_indices,
                                                      rows=req_to_page.shape[0])
     if batch and total:
         lens = input_lengths.contiguous()
         _slots(_ragged_grid(batch, total), lens, cache_start.contiguous(), req_pool_indices.contiguous(), req_to_page,
                out_cache_loc, batch, total, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
-               R=_R, C=_C, CHUNK=_CHUNK)
+               BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
     elif total: out_cache_loc.fill_(dummy_slot)          # no request: all padding
     return out_cache_loc
 
@@ -227,39 +264,43 @@ def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.T
 def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Tensor, extend_prefix_lens: torch.Tensor,
                                 extend_seq_lens: torch.Tensor, cache_start: torch.Tensor, req_pool_indices: torch.Tensor,
                                 req_to_page: torch.Tensor, page_size: int, total_tokens: int, dummy_slot: int = 0,
-                                extend_start_loc: torch.Tensor | None = None):
+                                extend_start_loc: torch.Tensor | None = None, table_order: str = 'pool'):
     "`compute_positions` and `compute_out_cache_loc` of the same requests in one launch (`total_tokens` of each)."
     batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens,
                                cache_start=cache_start, req_pool_indices=req_pool_indices)
     T = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
     check_out('positions', positions, T, dtypes=(torch.int64,), device=dev)
-    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
+    by_batch = _batch_rows(table_order)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
+                                              batch if by_batch else 0)
     check_capacity('out_cache_loc', out_cache_loc, T)
     if extend_start_loc is None: extend_start_loc = torch.empty(batch, dtype=torch.int32, device=extend_seq_lens.device)
     else: check_out('extend_start_loc', extend_start_loc, batch, dtypes=(torch.int32,), device=dev)
     if device_checks_enabled(): _check_ragged_values(extend_seq_lens, 'extend_seq_lens', T, 'total_tokens',
                                                      prefix=('extend_prefix_lens', extend_prefix_lens),
-                                                     pool=req_pool_indices, rows=req_to_page.shape[0])
+                                                     pool=None if by_batch else req_pool_indices,
+                                                     rows=req_to_page.shape[0])
     if batch and T:
         _positions_slots(_ragged_grid(batch, T), extend_seq_lens.contiguous(),
                          extend_prefix_lens.contiguous(), positions, extend_start_loc, cache_start.contiguous(),
                          req_pool_indices.contiguous(), req_to_page, out_cache_loc, batch, T, *req_to_page.stride(),
-                         *req_to_page.shape, page_size, dummy_slot, R=_R, C=_C, CHUNK=_CHUNK)
+                         *req_to_page.shape, page_size, dummy_slot, BATCH_ROWS=by_batch, R=_R, C=_C,
+                         CHUNK=_CHUNK)
     elif T: positions[:T].zero_(); out_cache_loc[:T].fill_(dummy_slot)      # no request: all padding
     elif batch: extend_start_loc[:batch].zero_()                            # no token: every request starts at 0
     return positions[:T], out_cache_loc[:T], extend_start_loc[:batch]
 
 # %% ../nbs/01_positions.ipynb #8b023dda
 @triton.jit(do_not_specialize=['batch', 'L', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size', 'dummy'])
-def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request
+def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request (pool order)
                     start_ptr,      # int [batch]: cache position of each request's first token
-                    table_ptr,      # int [num_rows, width]: page table
+                    table_ptr,      # int [num_rows, width]: page table, pool- or batch-ordered
                     loc_ptr,        # int32/int64 [batch * L]: KV slots out
                     batch, L, stride_row, stride_col, num_rows, width, page_size, dummy,
-                    SLIDING: tl.constexpr, R: tl.constexpr, LP: tl.constexpr):
+                    SLIDING: tl.constexpr, BATCH_ROWS: tl.constexpr, R: tl.constexpr, LP: tl.constexpr):
     req = tl.program_id(0) * R + tl.arange(0, R)
     live = req < batch
-    pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
+    pool = _table_rows(pool_ptr, req, live, BATCH_ROWS)
     start = tl.load(start_ptr + req, mask=live, other=0).to(tl.int64)
     j = tl.arange(0, LP)                       # LP = L rounded up to a power of two
     m = live[:, None] & (j[None, :] < L)
@@ -271,34 +312,146 @@ def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request
 _uniform = FastLaunch(_uniform_kernel)
 
 def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page, page_size,
-                    dummy_slot, sliding):
+                    dummy_slot, sliding, table_order):
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, cache_start=cache_start)
-    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev)
+    by_batch = _batch_rows(table_order)
+    page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
+                                              batch if by_batch else 0)
     L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
     check_capacity('out_cache_loc', out_cache_loc, batch * L)
     if device_checks_enabled():
         check_values('cache_start', cache_start, lo=0)
-        check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
-        check_unique('pool row', req_pool_indices)
+        if not by_batch:
+            check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
+            check_unique('pool row', req_pool_indices)
     if batch and L:
         LP = triton.next_power_of_2(L)
         R = max(1, min(128, 1024 // LP))
         _uniform((triton.cdiv(batch, R),), req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page,
                  out_cache_loc, batch, L, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
-                 SLIDING=sliding, R=R, LP=LP)
+                 SLIDING=sliding, BATCH_ROWS=by_batch, R=R, LP=LP)
     return out_cache_loc
 
 def compute_out_cache_loc_uniform(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor,
                                   uniform_input_length: int, cache_start: torch.Tensor, req_to_page: torch.Tensor,
-                                  page_size: int, dummy_slot: int = 0):
+                                  page_size: int, dummy_slot: int = 0, table_order: str = 'pool'):
     "KV slots when every request has `uniform_input_length` tokens (decode, speculative verify): no prefix sum."
     return _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page,
-                           page_size, dummy_slot, False)
+                           page_size, dummy_slot, False, table_order)
 
 # %% ../nbs/01_positions.ipynb #62aca9f1
 def compute_out_cache_loc_sliding(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor,
                                   uniform_input_length: int, cache_start: torch.Tensor, req_to_page: torch.Tensor,
-                                  page_size: int, dummy_slot: int = 0):
+                                  page_size: int, dummy_slot: int = 0, table_order: str = 'pool'):
     "KV slots for a sliding-window layer whose page table is a ring of `req_to_page.shape[1]` columns."
     return _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page,
-                           page_size, dummy_slot, True)
+                           page_size, dummy_slot, True, table_order)
+
+# %% ../nbs/01_positions.ipynb #f44fcea4
+_MAX_GROUPS = 8
+_META_COLS = 6                 # per group: stride_row, stride_col, num_rows, width, page_size, ring (0: a full table)
+
+@triton.jit
+def _group_slot(table_ptr, meta_ptr, row, pos, dummy, live):
+    "KV slot of `pos` in `row` of one group's table; the table's shape and rule are the 6 int64 at `meta_ptr`."
+    stride_row, stride_col = tl.load(meta_ptr), tl.load(meta_ptr + 1)
+    num_rows, width = tl.load(meta_ptr + 2), tl.load(meta_ptr + 3)
+    page_size, ring = tl.load(meta_ptr + 4), tl.load(meta_ptr + 5)
+    lap = (pos // page_size % tl.maximum(ring, 1)) * page_size + pos % page_size   # the ring's first lap
+    pos = tl.where((ring > 0) & (pos >= 0), lap, pos)
+    width = tl.where(ring > 0, ring, width)
+    return _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row, pos, page_size, dummy, live, False)
+
+# %% ../nbs/01_positions.ipynb #ebed9126
+@triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy'])
+def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each request (negative: 0)
+                   cache_start_ptr,   # int [batch]: cache position of each request's first token
+                   pool_ptr,          # int [batch]: pool row of each request (pool order)
+                   tables,            # tuple of G int32/int64 [num_rows_g, width_g]: each group's page table
+                   locs,              # tuple of G int32/int64 [total_tokens]: each group's KV slots out
+                   meta_ptr,          # int64 [G, 6]: each group's strides, shape, page size and ring (_META_COLS)
+                   batch, total_tokens, dummy,
+                   G: tl.constexpr, BATCH_ROWS: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
+                   CHUNK: tl.constexpr):
+    split, nsplit = tl.program_id(1), tl.num_programs(1)
+    r, req, live, starts, first, end, stop = _block_layout(lens_ptr, batch, total_tokens, R, CHUNK)
+    loc_delta = tl.load(cache_start_ptr + req, mask=live, other=0).to(tl.int64) - starts
+    rows = _table_rows(pool_ptr, req, live, BATCH_ROWS)
+    for t0 in range(first + split * C, stop, nsplit * C):  # bounded by total_tokens, whatever the lengths
+        tok = t0 + tl.arange(0, C)
+        m = tok < stop
+        hot = _owner_onehot(tok, starts, live, r)          # the layout, once for every group
+        lpos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
+        lrow = tl.sum(tl.where(hot, rows[None, :], 0), axis=1)
+        for g in tl.static_range(G):
+            slot = _group_slot(tables[g], meta_ptr + g * 6, lrow, lpos, dummy, m & (tok < end))
+            tl.store(locs[g] + tok, slot, mask=m)
+
+_groups = FastLaunch(_groups_kernel)
+
+# %% ../nbs/01_positions.ipynb #e34252b6
+_GROUP_META: dict = {}
+
+def _group_meta(values: tuple, device) -> torch.Tensor:
+    "The groups' int64 `[G, 6]` metadata on `device`, made once per distinct configuration and kept (graphs read it)."
+    meta = _GROUP_META.get((values, device))
+    if meta is None:
+        meta = _GROUP_META[values, device] = to_device_async(torch.tensor(values, dtype=torch.int64), device)
+    return meta
+
+# %% ../nbs/01_positions.ipynb #0317c6c9
+def _seq(name: str, v) -> list:
+    "`v` (a list, tuple, or a tensor's rows) as a list, refusing anything else."
+    if not isinstance(v, (list, tuple, torch.Tensor)):
+        raise InputTypeError(f'{name} must be a list or tuple with one entry per group, got {type(v).__name__}')
+    return list(v)
+
+# %% ../nbs/01_positions.ipynb #6c0c2fd0
+def _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths, dummy_slot, device: int, batch_rows: int):
+    "`(outs, tables, page sizes, rings, dummy)` after the host checks of every group (ring 0: a full table)."
+    outs, tables, sizes = (_seq(n, v) for n, v in (('out_cache_locs', out_cache_locs), ('req_to_pages', req_to_pages),
+                                                    ('page_sizes', page_sizes)))
+    widths = [None] * len(tables) if sliding_widths is None else _seq('sliding_widths', sliding_widths)
+    G = check_same_len(out_cache_locs=outs, req_to_pages=tables, page_sizes=sizes, sliding_widths=widths)
+    if not 1 <= G <= _MAX_GROUPS: raise ValueError(f'req_to_pages must hold 1 to {_MAX_GROUPS} tables, got {G}')
+    for g, (o, t) in enumerate(zip(outs, tables)):
+        sizes[g], dummy = _check_table_args(o, t, sizes[g], dummy_slot, device, batch_rows,
+                                            names=(f'out_cache_locs[{g}]', f'req_to_pages[{g}]', f'page_sizes[{g}]'))
+        if o.numel() != outs[0].numel():
+            raise ValueError(f'out_cache_locs[{g}] has {o.numel()} elements, out_cache_locs[0] has {outs[0].numel()}')
+    rings = [0 if w is None else check_int(f'sliding_widths[{g}]', w, lo=1, hi=t.shape[1])
+             for g, (w, t) in enumerate(zip(widths, tables))]
+    return outs, tables, sizes, rings, dummy
+
+# %% ../nbs/01_positions.ipynb #dae626db
+def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
+                                 cache_start: torch.Tensor, req_to_pages, page_sizes, sliding_widths=None,
+                                 dummy_slot: int = 0, table_order: str = 'pool'):
+    "Every KV group's slots of a ragged batch in one launch: `out_cache_locs[g]` from `req_to_pages[g]`."
+    batch, dev = check_vectors(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
+    by_batch = _batch_rows(table_order)
+    outs, tables, sizes, rings, dummy = _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths,
+                                                      dummy_slot, dev, batch if by_batch else 0)
+    total = check_int('out_cache_locs[0].numel()', outs[0].numel(), hi=_MAX_TOKENS)
+    if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_locs[0].numel()',
+                                                     prefix=('cache_start', cache_start),
+                                                     pool=None if by_batch else req_pool_indices,
+                                                     rows=min(t.shape[0] for t in tables))
+    if batch and total:
+        meta = _group_meta(tuple(v for t, p, w in zip(tables, sizes, rings) for v in (*t.stride(), *t.shape, p, w)),
+                           tables[0].device)
+        _groups(_ragged_grid(batch, total), input_lengths.contiguous(), cache_start.contiguous(),
+                req_pool_indices.contiguous(), tuple(tables), tuple(outs), meta, batch, total, dummy,
+                G=len(tables), BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
+    elif total:
+        for o in outs: o.fill_(dummy)                        # no request: all padding
+    return outs
+
+# %% ../nbs/01_positions.ipynb #2bca803b
+def compute_out_cache_loc_groups_ref(req_pool_indices, input_lengths, cache_start, req_to_pages, page_sizes,
+                                     sliding_widths=None, dummy_slot=0, total_tokens=None, table_order='pool'):
+    "Plain-torch slots of every group: one `compute_out_cache_loc_ref` per group (a ring: the table's first columns)."
+    widths = sliding_widths or [None] * len(req_to_pages)
+    return [compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, t if w is None else t[:, :w], p,
+                                      dummy_slot, total_tokens, sliding=w is not None, table_order=table_order)
+            for t, p, w in zip(req_to_pages, page_sizes, widths)]
