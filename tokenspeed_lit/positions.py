@@ -352,17 +352,11 @@ _MAX_GROUPS = 8
 _META_COLS = 6                 # per group: stride_row, stride_col, num_rows, width, page_size, ring (0: a full table)
 
 @triton.jit
-def _meta_field(meta, g: tl.constexpr, k: tl.constexpr):
-    "Field `k` of group `g` from the `[_MAX_GROUPS, 8]` metadata block a program holds in registers."
-    gi, ki = tl.arange(0, 8)[:, None], tl.arange(0, 8)[None, :]
-    return tl.sum(tl.sum(tl.where((gi == g) & (ki == k), meta, 0), axis=1), axis=0)
-
-@triton.jit
-def _group_slot(table_ptr, meta, g: tl.constexpr, row, pos, dummy, live):
-    "KV slot of `pos` in `row` of group `g`'s table; its shape and rule are row `g` of `meta` (`_META_COLS` fields)."
-    stride_row, stride_col = _meta_field(meta, g, 0), _meta_field(meta, g, 1)
-    num_rows, width = _meta_field(meta, g, 2), _meta_field(meta, g, 3)
-    page_size, ring = _meta_field(meta, g, 4), _meta_field(meta, g, 5)
+def _group_slot(table_ptr, meta_ptr, row, pos, dummy, live):
+    "KV slot of `pos` in `row` of one group's table; the table's shape and rule are the 6 int64 at `meta_ptr`."
+    stride_row, stride_col = tl.load(meta_ptr), tl.load(meta_ptr + 1)
+    num_rows, width = tl.load(meta_ptr + 2), tl.load(meta_ptr + 3)
+    page_size, ring = tl.load(meta_ptr + 4), tl.load(meta_ptr + 5)
     lap = (pos // page_size % tl.maximum(ring, 1)) * page_size + pos % page_size   # the ring's first lap
     pos = tl.where((ring > 0) & (pos >= 0), lap, pos)
     width = tl.where(ring > 0, ring, width)
@@ -383,8 +377,6 @@ def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each requ
     r, req, live, starts, first, end, stop = _block_layout(lens_ptr, batch, total_tokens, R, CHUNK)
     loc_delta = tl.load(cache_start_ptr + req, mask=live, other=0).to(tl.int64) - starts
     rows = _table_rows(pool_ptr, req, live, BATCH_ROWS)
-    gi, ki = tl.arange(0, 8)[:, None], tl.arange(0, 8)[None, :]   # every group's metadata, loaded once
-    meta = tl.load(meta_ptr + gi * 6 + ki, mask=(gi < G) & (ki < 6), other=1)
     for t0 in range(first + split * C, stop, nsplit * C):  # bounded by total_tokens, whatever the lengths
         tok = t0 + tl.arange(0, C)
         m = tok < stop
@@ -392,7 +384,7 @@ def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each requ
         lpos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
         lrow = tl.sum(tl.where(hot, rows[None, :], 0), axis=1)
         for g in tl.static_range(G):
-            slot = _group_slot(tables[g], meta, g, lrow, lpos, dummy, m & (tok < end))
+            slot = _group_slot(tables[g], meta_ptr + g * 6, lrow, lpos, dummy, m & (tok < end))
             tl.store(locs[g] + tok, slot, mask=m)
 
 _groups = FastLaunch(_groups_kernel)
