@@ -28,6 +28,7 @@ def env_info(device=None) -> dict:
     return dict(device=name, torch=torch.__version__, triton=triton.__version__,
                 cuda=torch.version.cuda if is_accel(device) else None, python=platform.python_version())
 
+# %% ../nbs/90_benchmarking.ipynb #c47286e5
 def env_line(device=None) -> str:
     "`env_info` as one line to print above a table."
     e = env_info(device)
@@ -41,6 +42,7 @@ def _wall_us(fn, reps: int = 5) -> float:
         t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
     return 1e6 * statistics.median(ts)
 
+# %% ../nbs/90_benchmarking.ipynb #8cffebcf
 def device_time_us(fn, device=None, inner: int = 20, reps: int = 30, eager: bool = False) -> float:
     "Median device time of one `fn()` in µs, from timed replays of a CUDA graph of `inner` calls (wall clock on CPU)."
     device = as_device(device)
@@ -61,10 +63,12 @@ def device_time_us(fn, device=None, inner: int = 20, reps: int = 30, eager: bool
         ts.append(1000 * a.elapsed_time(b) / inner)
     return statistics.median(ts)
 
+# %% ../nbs/90_benchmarking.ipynb #4647fb00
 def _keep_busy(device, us: float):
     "Queue about `us` µs of spinning on the current stream (`torch.cuda._sleep`, ~2 cycles per ns); nothing on the CPU."
     if us and is_accel(as_device(device)): torch.cuda._sleep(int(us * 2000))
 
+# %% ../nbs/90_benchmarking.ipynb #a3d85d46
 def _wait(device):
     "Wait until the device is idle by polling an event: the host thread stays awake, as an engine's does."
     if not is_accel(as_device(device)): return
@@ -72,6 +76,7 @@ def _wait(device):
     ev.record()
     while not ev.query(): pass
 
+# %% ../nbs/90_benchmarking.ipynb #e5009aba
 def host_issue_us(fn, device=None, iters: int = 200, warmup: int = 20, sync_each: bool = False,
                   busy_us: float = 0, burst: int = 1, rounds: int = 3) -> float:
     "Host time in µs to *issue* `fn()`: the median of `iters` timed calls, the best of `rounds` rounds."
@@ -115,18 +120,12 @@ def _fmt(v):
     if isinstance(v, float): return f'{v:.3g}' if abs(v) < 100 else f'{v:.0f}'
     return '-' if v is None else str(v)
 
+# %% ../nbs/90_benchmarking.ipynb #685e666b
 class Table:
     "Rows of measurements (dicts) with the environment they were measured in."
     def __init__(self, rows: list[dict], title: str = '', env: dict | None = None):
         self.rows, self.title, self.env = list(rows), title, env if env is not None else env_info()
         self.cols = list(dict.fromkeys(k for r in self.rows for k in r))
-    def _cells(self): return [[_fmt(r.get(c)) for c in self.cols] for r in self.rows]
-    def _repr_markdown_(self):
-        head = f"**{self.title}** — " if self.title else ''
-        e = self.env
-        lines = [f"{head}{e['device']}, torch {e['torch']}, triton {e['triton']}", '',
-                 '| ' + ' | '.join(self.cols) + ' |', '|' + '---|' * len(self.cols)]
-        return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in self._cells()])
     def __repr__(self):
         cells = [self.cols] + self._cells()
         w = [max(len(r[i]) for r in cells) for i in range(len(self.cols))]
@@ -134,11 +133,27 @@ class Table:
         e = self.env
         return '\n'.join([f"{self.title} ({e['device']}, torch {e['torch']}, triton {e['triton']})", fmt(cells[0])]
                          + [fmt(r) for r in cells[1:]])
-    def save(self, path):
-        "Write the table and its environment as JSON to `path`."
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(dict(title=self.title, env=self.env, rows=self.rows), indent=1))
-        return path
+
+# %% ../nbs/90_benchmarking.ipynb #9de0aa45
+@patch
+def _cells(self: Table): return [[_fmt(r.get(c)) for c in self.cols] for r in self.rows]
+
+# %% ../nbs/90_benchmarking.ipynb #1092ff6b
+@patch
+def _repr_markdown_(self: Table):
+    head = f"**{self.title}** — " if self.title else ''
+    e = self.env
+    lines = [f"{head}{e['device']}, torch {e['torch']}, triton {e['triton']}", '',
+             '| ' + ' | '.join(self.cols) + ' |', '|' + '---|' * len(self.cols)]
+    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in self._cells()])
+
+# %% ../nbs/90_benchmarking.ipynb #f3909ac6
+@patch
+def save(self: Table, path):
+    "Write the table and its environment as JSON to `path`."
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(dict(title=self.title, env=self.env, rows=self.rows), indent=1))
+    return path
 
 # %% ../nbs/90_benchmarking.ipynb #17b9607e
 class Stamp:
@@ -183,6 +198,7 @@ def _unit_ms(unit, n: int, device) -> float:
     synchronize(device)
     return statistics.median(a.ms_to(b) for a, b in zip(st, st[1:]))
 
+# %% ../nbs/90_benchmarking.ipynb #65c0a8ae
 def _transfer_ms(transfer, stream, n: int, device) -> float:
     "Time of one `transfer(stream)` alone, the mean of `n` back to back."
     a = Stamp(stream, device)
@@ -270,6 +286,7 @@ def first_call_ratios(m, pairs, reps: int = 3) -> dict:
         out[op] = ts[0] / statistics.median(ts[1:])
     return out
 
+# %% ../nbs/90_benchmarking.ipynb #9b5afbc2
 def dma_transfer(host: torch.Tensor, dev_buf: torch.Tensor, nbytes: int, to_host: bool):
     "`transfer(stream)`: `nbytes` between pinned `host` and `dev_buf` (reused in pieces of its size), one copy per piece."
     def transfer(stream):
@@ -288,6 +305,7 @@ def _launch_us(device, n: int = 300) -> float:
     for _ in range(n): x.add_(1)
     return 1e6 * (time.perf_counter() - t0) / n
 
+# %% ../nbs/90_benchmarking.ipynb #63ab4a99
 def launch_cost_beside(call, device=None, reps: int = 5) -> dict:
     "Host µs per eager launch alone, and right after `call()` handed a background call to the issue thread."
     device = as_device(device)
@@ -304,6 +322,7 @@ def _release_host_cache():
     import gc; gc.collect()
     if hasattr(torch._C, '_host_emptyCache'): torch._C._host_emptyCache()
 
+# %% ../nbs/90_benchmarking.ipynb #b48562c0
 def bench_host_interference(page_sizes=(4, 16, 64, 256), pages: int = 1024, num_layers: int = 32,
                             num_kv_heads: int = 8, head_dim: int = 128, transports=('staged', 'zero_copy'),
                             forwards=('gemm', 'membound'), trials: int = 5, issue_pages: int = 256,
@@ -467,6 +486,7 @@ def _engine_positions_kernel(prefix_ptr, lens_ptr, pos_ptr, start_ptr, BLOCK: tl
         tl.store(pos_ptr + start + offs, p + offs, mask=offs < n)
     tl.store(start_ptr + i, start.to(tl.int32))
 
+# %% ../nbs/90_benchmarking.ipynb #4f9179df
 def engine_compute_positions(extend_prefix_lens, extend_seq_lens, total_tokens, out):
     "The engine's `compute_position_triton`: positions into `out`, and each request's start; a thin launch."
     start = torch.empty(len(extend_seq_lens), dtype=torch.int32, device=extend_seq_lens.device)
@@ -564,6 +584,7 @@ def _mixed_op(ForwardOp, rng, pool_rows: int, prefill: int, length: int, decode:
     return ForwardOp(list(range(B)), pools, lens, input_ids=ids, shifted_input_ids=ids[1:] + ids[:1],
                      extend_prefix_lens=prefix, prefill_lengths=[p + length + 1 for p in prefix]), prefill * length + decode
 
+# %% ../nbs/90_benchmarking.ipynb #58c135c9
 def _as_arrays(fo):
     "The same `ForwardOp` with every list a numpy array (what a scheduler that keeps arrays hands over)."
     import dataclasses

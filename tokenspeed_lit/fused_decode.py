@@ -79,6 +79,7 @@ def _decode_prep_kernel(loc_ptr,      # int32/int64 [batch * L]: KV slots out
 
 _decode_prep = FastLaunch(_decode_prep_kernel)
 
+# %% ../nbs/02_fused_decode.ipynb #113771c2
 def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor, seq_lens_out: torch.Tensor,
                             req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
                             uniform_input_length: int, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0,
@@ -163,6 +164,7 @@ def _stage_kernel(src, dst, AT: tl.constexpr, BLOCK: tl.constexpr):
         m = offs < n
         tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
 
+# %% ../nbs/02_fused_decode.ipynb #26d6a417
 def _stage_copy(dst: torch.Tensor, src: torch.Tensor):
     "Copy the first `src[_STAGED]` ints of the host slot `src` into the device staging area `dst` (one launch)."
     _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, AT=_STAGED, BLOCK=_STAGE_BLOCK)
@@ -343,14 +345,17 @@ class FusedDecodeStep:
                              scratch=cls.scratch_size(max_bs, max_num_tokens))
         return cls(bufs, page_size)
 
-    def _write_static(self, fields: dict):
-        for e in self._events: e.synchronize()        # no in-flight copy may read a slot being rewritten
-        for a in self._np:
-            for k, v in fields.items(): a[_F[k]] = v
 
     def __repr__(self):
         return (f'FusedDecodeStep(max_bs={self.max_bs}, max_num_tokens={self.max_num_tokens}, page_size={self.page_size}, '
                 f'width={self.width}, {"bound" if self.bound else "unbound"}, grid={self.grid})')
+
+# %% ../nbs/02_fused_decode.ipynb #935a4dec
+@patch
+def _write_static(self: FusedDecodeStep, fields: dict):
+    for e in self._events: e.synchronize()        # no in-flight copy may read a slot being rewritten
+    for a in self._np:
+        for k, v in fields.items(): a[_F[k]] = v
 
 # %% ../nbs/02_fused_decode.ipynb #9d471eb6
 @patch
@@ -365,6 +370,7 @@ def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table, by_batch: b
     self._wp = triton.next_power_of_2(self.width)
     self._capture_ring()
 
+# %% ../nbs/02_fused_decode.ipynb #09e63726
 @patch
 def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_map: torch.Tensor,
          remote_spec_candidate_ready: torch.Tensor, vocab_size: int, req_to_page: torch.Tensor,
@@ -400,6 +406,7 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
     self.bound = True
     return self
 
+# %% ../nbs/02_fused_decode.ipynb #a3f2e49a
 @patch
 def is_bound_to(self: FusedDecodeStep, valid_cache_lengths, future_input_map, remote_spec_candidate_ready,
                 vocab_size, req_to_page, table_order: str = 'pool') -> bool:
@@ -418,6 +425,7 @@ def acquire(self: FusedDecodeStep) -> int:
     self._events[s].synchronize()
     return s
 
+# %% ../nbs/02_fused_decode.ipynb #faf6c1a1
 @patch
 def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
     "Write the ints `values` (a list, or an integer numpy array: one vectorised copy) at offset `section` of slot `slot`."
@@ -434,6 +442,7 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
 
 _ROW_IDS = np.arange(2**16, dtype=np.int32)     # request indices for the duplicate check (max_bs is far below)
 
+# %% ../nbs/02_fused_decode.ipynb #0a1e9284
 @patch
 def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_pool_indices'):
     "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice (vectorised)."
@@ -450,6 +459,7 @@ def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_p
         raise ValueError(f'{name} holds pool row {int(rows[i])} twice (requests {i} and {int(seen[rows[i]])}): '
                          f'two requests cannot share a pool row')
 
+# %% ../nbs/02_fused_decode.ipynb #72d8e2fa
 @patch
 def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefill_tokens: int, width: int,
            total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1):
@@ -460,6 +470,7 @@ def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefi
     a[_STAGED] = (lay['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
                   lay['lengths'] if has_mamba_data else lay['mamba'] if batch else _HEADER)
 
+# %% ../nbs/02_fused_decode.ipynb #cac40aa6
 @patch
 def _issue(self: FusedDecodeStep, slot: int):
     "The device work of the step in host slot `slot`: the staging copy, the slot's event, the kernel."
@@ -467,6 +478,7 @@ def _issue(self: FusedDecodeStep, slot: int):
     if slot < 2: self._events[slot].record()   # captured: a graph node, so the slot frees as soon as its copy ran
     _fill_kernel[self.grid](*self._args, WP=self._wp)
 
+# %% ../nbs/02_fused_decode.ipynb #83008f85
 @patch
 def _capture_ring(self: FusedDecodeStep):
     "Capture each ring slot's copy + event + kernel once (after every bind), with an empty step in the slot."
@@ -479,6 +491,7 @@ def _capture_ring(self: FusedDecodeStep):
     self.buffers.slab.copy_(saved)
     synchronize(self.device)   # the warm-up copies read the slots: finish them before a step packs a slot again
 
+# %% ../nbs/02_fused_decode.ipynb #63bb9f12
 @patch
 def launch(self: FusedDecodeStep, slot: int):
     "Issue the step packed in host slot `slot`: one replay of the slot's captured copy, event and kernel."
@@ -499,6 +512,7 @@ def decode_lists(self: FusedDecodeStep, req_pool_indices, decode_input_ids=None,
         mamba = [int_list(f'mamba[{k}]', m) for k, m in enumerate(mamba)]
     return req_pool_indices, decode_input_ids, mamba
 
+# %% ../nbs/02_fused_decode.ipynb #7fbfdf03
 @patch
 def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, decode_input_ids, mamba):
     "The host-side checks of a decode step from sizes (packing also range-checks the pool indices)."
@@ -517,6 +531,7 @@ def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, d
         if len(mamba) != 4 or any(len(m) != batch for m in mamba):
             raise ValueError(f'mamba must be 4 lists of {batch} indices (pool, cow source, branching seqlen, track)')
 
+# %% ../nbs/02_fused_decode.ipynb #bfdb59a1
 @patch
 def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices'):
     "Debug mode: the cached lengths of the step's pool rows must be >= 0 (reads the device: synchronises)."
@@ -525,6 +540,7 @@ def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str
     check_values('valid_cache_lengths', vcl[torch.as_tensor(req_pool_indices, device=vcl.device)], lo=0,
                  index=req_pool_indices)
 
+# %% ../nbs/02_fused_decode.ipynb #417a6a82
 @patch
 def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_input_length: int, decode_input_ids=None,
                 mamba=None, name: str = 'req_pool_indices'):
@@ -540,6 +556,7 @@ def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_inpu
     if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, name)
     return decode_input_ids
 
+# %% ../nbs/02_fused_decode.ipynb #f6992535
 @patch
 def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
     "Stage and launch one decode step from host lists; returns the overrides (`None` when all are -1)."
@@ -550,6 +567,7 @@ def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int,
     self.launch(s)
     return decode_input_ids
 
+# %% ../nbs/02_fused_decode.ipynb #14ae766a
 @patch
 def dummy(self: FusedDecodeStep, batch_size: int, total_tokens: int):
     "A dummy decode: every buffer at its padding value, the first `batch_size` rows with `dummy_decode_seq_len`."
@@ -574,6 +592,7 @@ def apply_overrides_ref(future_input_map: torch.Tensor, remote_spec_candidate_re
     ready[pool] = False
     return force
 
+# %% ../nbs/02_fused_decode.ipynb #68af9c06
 def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_input_map, remote_spec_candidate_ready,
                     vocab_size: int, req_to_page, page_size: int, req_pool_indices, uniform_input_length: int,
                     decode_input_ids=None, mamba=None, table_order: str = 'pool'):
@@ -610,6 +629,7 @@ def stage(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, de
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
     return self.pack_decode(2, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
 
+# %% ../nbs/02_fused_decode.ipynb #2db74f78
 @patch
 def capture(self: FusedDecodeStep):
     "Capture the copy and the kernel (reading the capture slot) with `core.capture`; stage inputs, then replay."

@@ -38,6 +38,7 @@ class ForwardOp:
         "Number of prefill rows (they come first)."
         return len(self.extend_prefix_lens)
 
+# %% ../nbs/04_input_buffers.ipynb #45bf6f42
 class RuntimeStates:
     "Per pool row state the steps read and write: cached lengths, next input ids, remote candidate readiness."
     def __init__(self, req_pool_size: int, vocab_size: int, output_length: int = 1, device=None):
@@ -85,6 +86,7 @@ def _mamba_lists(self: InputBuffers, fo, batch):
 
 _PREFILL_LISTS = ('input_ids', 'shifted_input_ids', 'prefill_lengths')
 
+# %% ../nbs/04_input_buffers.ipynb #37bd4321
 @patch
 def _check_step(self: InputBuffers, fo, total_tokens, width):
     "Host-side checks shared by every path; returns (batch, num_extends, pool indices, input lengths)."
@@ -188,6 +190,7 @@ def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states
     if ne == 0: return self._fill_decode(forward_op, batch, width, pools)
     return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page, pools, lens, table_order)
 
+# %% ../nbs/04_input_buffers.ipynb #1389ec33
 @patch
 def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int):
     "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request."

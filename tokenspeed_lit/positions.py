@@ -28,10 +28,12 @@ def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
     offset = torch.arange(len(owner), device=lens.device) - start[owner]                     # index inside it
     return owner, offset, start
 
+# %% ../nbs/01_positions.ipynb #942157f6
 def _pad_to(x: torch.Tensor, n: int | None, value: int) -> torch.Tensor:
     "`x` padded with `value` to `n` elements (`None`: as it is)."
     return x if n is None else torch.cat([x, x.new_full((n - len(x),), value)])
 
+# %% ../nbs/01_positions.ipynb #95b91b42
 def compute_positions_ref(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
                           total_tokens: int | None = None):
     "Plain-torch definition: `(positions int64, extend_start_loc int32)` for requests laid out back to back."
@@ -81,6 +83,7 @@ def _block_layout(lens_ptr, batch, total_tokens, R: tl.constexpr, CHUNK: tl.cons
     stop = tl.where(tl.program_id(0) == tl.num_programs(0) - 1, total_tokens, end)   # the last block: the padding
     return r, req, live, starts, first, end, stop
 
+# %% ../nbs/01_positions.ipynb #428390e3
 @triton.jit
 def _owner_onehot(tok, starts, live, r):
     "`[C, R]` one-hot: token `tok[i]` belongs to lane `r[j]` (the last live request starting at or before it)."
@@ -88,6 +91,7 @@ def _owner_onehot(tok, starts, live, r):
     owner = tl.sum((tok[:, None] >= owner_starts[None, :]).to(tl.int32), axis=1) - 1
     return owner[:, None] == r[None, :]
 
+# %% ../nbs/01_positions.ipynb #a49ca83d
 @triton.jit
 def _table_rows(pool_ptr, req, live, BATCH_ROWS: tl.constexpr):
     "The page-table row of each request: `req_pool_indices[req]` (pool order) or `req` itself (batch order)."
@@ -97,6 +101,7 @@ def _table_rows(pool_ptr, req, live, BATCH_ROWS: tl.constexpr):
         rows = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
     return rows
 
+# %% ../nbs/01_positions.ipynb #457bb238
 @triton.jit
 def _ragged(lens_ptr,        # int32/int64 [batch]: tokens of each request (negative: 0)
             pos_base_ptr,    # int [batch]: position of each request's first token (WRITE_POS)
@@ -136,12 +141,14 @@ def _ragged(lens_ptr,        # int32/int64 [batch]: tokens of each request (nega
 
 _RUNTIME_INTS = ['batch', 'total_tokens', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size', 'dummy']
 
+# %% ../nbs/01_positions.ipynb #58db8f73
 @triton.jit(do_not_specialize=['batch', 'total_tokens'])
 def _positions_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, batch, total_tokens,
                       R: tl.constexpr, C: tl.constexpr, CHUNK: tl.constexpr):
     _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, lens_ptr, lens_ptr, lens_ptr, pos_ptr,
             batch, total_tokens, 0, 0, 0, 0, 1, 0, True, False, False, R, C, CHUNK)
 
+# %% ../nbs/01_positions.ipynb #9a1bc2e3
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _slots_kernel(lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
                   batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
@@ -150,6 +157,7 @@ def _slots_kernel(lens_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
             batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy, False, True, BATCH_ROWS,
             R, C, CHUNK)
 
+# %% ../nbs/01_positions.ipynb #af15565d
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _positions_slots_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
                             batch, total_tokens, stride_row, stride_col, num_rows, width, page_size, dummy,
@@ -161,6 +169,7 @@ def _positions_slots_kernel(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_star
 _positions, _slots, _positions_slots = (FastLaunch(k) for k in (_positions_kernel, _slots_kernel,
                                                                  _positions_slots_kernel))
 
+# %% ../nbs/01_positions.ipynb #0cb73040
 def _ragged_grid(batch: int, total_tokens: int, max_split: int = 4096):
     "Blocks of `_R` requests; enough programs per block that each writes about one tile of `_C` tokens."
     nblk = -(-batch // _R)
@@ -186,6 +195,7 @@ def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.T
     elif total_tokens: out[:total_tokens].zero_()        # no request: all padding
     return (out if out.numel() == total_tokens else out[:total_tokens]), start
 
+# %% ../nbs/01_positions.ipynb #0b21a6a4
 def _check_ragged_values(lens, lens_name, total, total_name, prefix=None, pool=None, rows=None):
     "Debug mode: lengths and prefixes >= 0, pool rows inside the table and distinct, no more tokens than `total`."
     check_values(lens_name, lens, lo=0)
@@ -209,6 +219,7 @@ def kv_slot_ref(req_to_page: torch.Tensor, pool: torch.Tensor, position: torch.T
     ok &= page > 0
     return torch.where(ok, page * page_size + position % page_size, torch.full_like(position, dummy_slot))
 
+# %% ../nbs/01_positions.ipynb #98ee3986
 def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_to_page, page_size, dummy_slot=0,
                               total_tokens: int | None = None, sliding: bool = False, table_order: str = 'pool'):
     "Plain-torch KV slots of a ragged batch, token by token; with `total_tokens`, cut or padded (dummy) to it."
@@ -225,6 +236,7 @@ def _batch_rows(table_order: str) -> bool:
         raise ValueError(f"table_order must be 'pool' or 'batch', got {table_order!r}")
     return table_order == 'batch'
 
+# %% ../nbs/01_positions.ipynb #9a6cac31
 def _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, device: int, batch_rows: int = 0,
                       names=('out_cache_loc', 'req_to_page', 'page_size')):
     "Host checks shared by the KV slot launchers (the per-request vectors are checked by the caller)."
@@ -239,6 +251,7 @@ def _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, device:
     bits = 8 * out_cache_loc.element_size() - 1
     return check_positive(ps_name, page_size), check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
 
+# %% ../nbs/01_positions.ipynb #34227913
 def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
                           cache_start: torch.Tensor, req_to_page: torch.Tensor, page_size: int, dummy_slot: int = 0,
                           table_order: str = 'pool'):
@@ -311,6 +324,7 @@ def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request (poo
 
 _uniform = FastLaunch(_uniform_kernel)
 
+# %% ../nbs/01_positions.ipynb #1463ac7a
 def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page, page_size,
                     dummy_slot, sliding, table_order):
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, cache_start=cache_start)
@@ -332,6 +346,7 @@ def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache
                  SLIDING=sliding, BATCH_ROWS=by_batch, R=R, LP=LP)
     return out_cache_loc
 
+# %% ../nbs/01_positions.ipynb #3ffea921
 def compute_out_cache_loc_uniform(out_cache_loc: torch.Tensor, req_pool_indices: torch.Tensor,
                                   uniform_input_length: int, cache_start: torch.Tensor, req_to_page: torch.Tensor,
                                   page_size: int, dummy_slot: int = 0, table_order: str = 'pool'):
