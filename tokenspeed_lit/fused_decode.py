@@ -14,8 +14,8 @@ from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, 
                                  device_checks_enabled, check_values, check_unique)
 import triton
 import triton.language as tl
-from .positions import (_kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, _MAX_TOKENS,
-                                      _batch_rows)
+from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, MAX_TOKENS,
+                                      is_batch_order)
 from .padding import PAD_TOKEN_ID, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
@@ -73,7 +73,7 @@ def _decode_prep_kernel(loc_ptr,      # int32/int64 [batch * L]: KV slots out
         row = tl.where(ok, req.to(tl.int64), -1)
     else:
         row = tl.where(ok, pool, -1)                                     # a bad pool row reads no page
-    slot = _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row[:, None], pos, page_size, dummy, m,
+    slot = kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row[:, None], pos, page_size, dummy, m,
                     False)
     tl.store(loc_ptr + tok, slot, mask=m)
 
@@ -94,11 +94,11 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
     if req_to_page.get_device() != dev: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     if by_batch and req_to_page.shape[0] < batch:
         raise ValueError(f"req_to_page has {req_to_page.shape[0]} rows, {batch} needed (table_order='batch')")
     page_size = check_positive('page_size', page_size)
-    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
+    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=MAX_TOKENS)
     check_out('out_cache_loc', out_cache_loc, batch * L, device=dev)
     check_out('positions', positions, batch * L, dtypes=(torch.int64,), device=dev)
     check_out('seq_lens_out', seq_lens_out, batch, device=dev)
@@ -270,7 +270,7 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
     pos = cache[:, None] + j
     tl.store(s64 + O_POS + tok, pos, mask=tmask)
     trow = tl.where(ok, tl.where(BROWS, rows.to(tl.int64), pool64), -1)   # batch order: request i owns row i
-    slot = _kv_slot(table_ptr, TS0, TS1, TROWS, TCOLS, trow[:, None], pos, PAGE, DUMMY, tmask, False)
+    slot = kv_slot(table_ptr, TS0, TS1, TROWS, TCOLS, trow[:, None], pos, PAGE, DUMMY, tmask, False)
     tl.store(s32 + O_LOC + tok, slot, mask=tmask)
 
     # ---- token buffers: prefill ids from the staging buffer, then the padding tail ----
@@ -394,7 +394,7 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
                          'must be contiguous (the step writes them in place)')
     if 0 in req_to_page.shape:
         raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     if by_batch and req_to_page.shape[0] < self.max_bs:          # a row for every batch row the step can stage
         raise ValueError(f"req_to_page has {req_to_page.shape[0]} rows, max_bs={self.max_bs} needed (table_order='batch')")
     if not 2 <= check_int('vocab_size', vocab_size) < 2**31:
@@ -558,14 +558,42 @@ def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_inpu
 
 # %% ../nbs/03_fused_decode.ipynb #f6992535
 @patch
-def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
-    "Stage and launch one decode step from host lists; returns the overrides (`None` when all are -1)."
-    req_pool_indices, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
+def issue_decode(self: FusedDecodeStep, req_pool_indices: list, uniform_input_length: int, decode_input_ids=None,
+                 mamba=None, name: str = 'req_pool_indices'):
+    "Check, pack and launch a decode step from Python lists (`decode_lists` makes them); returns the overrides."
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
     s = self.acquire()
-    decode_input_ids = self.pack_decode(s, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
+    decode_input_ids = self.pack_decode(s, req_pool_indices, uniform_input_length, decode_input_ids, mamba, name)
     self.launch(s)
     return decode_input_ids
+
+# %% ../nbs/03_fused_decode.ipynb #5064eb56
+@patch
+def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
+    "Stage and launch one decode step from host lists; returns the overrides (`None` when all are -1)."
+    pools, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
+    return self.issue_decode(pools, uniform_input_length, decode_input_ids, mamba)
+
+# %% ../nbs/03_fused_decode.ipynb #46532157
+@patch
+def issue_mixed(self: FusedDecodeStep, req_pool_indices: list, prefill_lengths: list, extend_prefix_lens: list,
+                input_ids, shifted_input_ids, width: int, total_tokens: int, decode_input_ids=None, mamba=None):
+    "Pack and launch a step whose first `len(extend_prefix_lens)` rows are prefill rows (lists already checked)."
+    lay, ne, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)
+    prefill = sum(prefill_lengths)
+    s = self.acquire()
+    self.pack(s, lay['pool'], req_pool_indices, 'request_pool_indices')
+    self.check_pools(s, batch, 'request_pool_indices')
+    self.pack(s, lay['lengths'], prefill_lengths, 'input_lengths')
+    self.pack(s, lay['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
+    self.pack(s, lay['ids'], input_ids, 'input_ids')
+    self.pack(s, lay['ids'] + prefill, shifted_input_ids, 'shifted_input_ids')
+    if decode_input_ids is not None: self.pack(s, lay['override'], decode_input_ids, 'decode_input_ids')
+    if mamba is not None:
+        for k in range(4): self.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
+    self.header(s, batch, ne, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None)
+    if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, 'request_pool_indices')
+    self.launch(s)
 
 # %% ../nbs/03_fused_decode.ipynb #14ae766a
 @patch

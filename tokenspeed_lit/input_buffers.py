@@ -128,10 +128,7 @@ def _fill_decode(self: InputBuffers, fo, batch, width, pools):
     st = self.step
     ovr, mamba = fo.decode_input_ids, self._mamba_lists(fo, batch)
     if ovr is not None: ovr = int_list('decode_input_ids', ovr)
-    st.check_decode(batch, width, ovr, mamba)
-    s = st.acquire()
-    ovr = st.pack_decode(s, pools, width, ovr, mamba, name='request_pool_indices')
-    st.launch(s)
+    ovr = st.issue_decode(pools, width, ovr, mamba, name='request_pool_indices')
     self.all_extends_mid_chunk = False
     return ovr
 
@@ -153,19 +150,7 @@ def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_p
     if ovr is not None and len(ovr) != batch - ne:
         raise ValueError(f'decode_input_ids has {len(ovr)} entries for {batch - ne} decode rows')
     if ovr is not None and ovr.count(-1) == len(ovr): ovr = None
-    s = st.acquire()
-    st.pack(s, lay['pool'], pools, 'request_pool_indices')
-    st.check_pools(s, batch, 'request_pool_indices')
-    st.pack(s, lay['lengths'], lens[:ne], 'input_lengths')
-    st.pack(s, lay['extend_prefix'], prefix, 'extend_prefix_lens')
-    st.pack(s, lay['ids'], ids, 'input_ids')
-    st.pack(s, lay['ids'] + prefill, shifted, 'shifted_input_ids')
-    if ovr is not None: st.pack(s, lay['override'], ovr, 'decode_input_ids')
-    if mamba is not None:
-        for k in range(4): st.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
-    st.header(s, batch, ne, prefill, width, total_tokens, ovr is not None, mamba is not None)
-    if device_checks_enabled(): st.check_cache_lengths(pools, 'request_pool_indices')
-    st.launch(s)
+    st.issue_mixed(pools, lens[:ne], prefix, ids, shifted, width, total_tokens, ovr, mamba)
     if prefill:                       # the prefill rows' positions and KV slots: one launch for both
         stage = self.scratch
         compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[lay['extend_prefix']:][:ne],
