@@ -140,7 +140,8 @@ class Scheduler:
         # batch is zero (holes: the dummy slot), so a graph replayed at a padded batch reads nothing stale
         self.batch_table = torch.zeros((cfg.max_bs, self.width), dtype=torch.int32, device=self.device)
         W = cfg.sliding_pages                           # the sliding group: a fixed ring of pages per pool row
-        self.ring_table = (1 + torch.arange((self.pool_rows + 1) * W, dtype=torch.int32)).view(-1, W).to(self.device)
+        ring = (1 + torch.arange((self.pool_rows + 1) * W, dtype=torch.int32)).view(-1, W)
+        self.ring_table, self.ring_pages = ring.to(self.device), ring.tolist()   # the host copy: for the checks
         self.batch_ring = torch.zeros((cfg.max_bs, W), dtype=torch.int32, device=self.device)
         self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
         self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
@@ -468,7 +469,7 @@ def _groups_and_draft(self: Scheduler, rows, total: int, padded_bs: int | None):
 def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None):
     "Group 0 is the staged `out_cache_loc`, group 1 the ring rule; the draft table's rows expanded or zero."
     ps, W, total, bs = self.cfg.page_size, self.cfg.sliding_pages, len(expect['ids']), len(rows)
-    ring = [self.ring_table[r.pool_row, (q // ps) % W].item() * ps + q % ps
+    ring = [self.ring_pages[r.pool_row][(q // ps) % W] * ps + q % ps
             for r, n, _ in rows for q in range(r.cache_len, r.cache_len + n)]
     for g, want in ((0, expect['loc']), (1, ring)):
         got = self.group_locs[g, :total].cpu().tolist()
@@ -501,15 +502,16 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     for r in not_ready: self.states.remote_spec_candidate_ready[r.pool_row] = False
     total = len(expect['ids'])
     self._batch_tables(rows)
+    fill = lambda: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
     t0 = time.perf_counter()
-    self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
+    fill()
     kind = 'prep_decode_us' if all(not p for _, _, p in rows) else 'prep_us'
     self.stats[kind].append(1e6 * (time.perf_counter() - t0))
     # the same call again, with the host's caches warm from the first; only without overrides: the kernel moves an
     # override into the request's state (and clears its draft readiness), so a second call would stage another step
     if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
         t0 = time.perf_counter()
-        self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
+        fill()
         self.stats[kind.replace('_us', '_repeat_us')].append(1e6 * (time.perf_counter() - t0))
     self._inject(total)
     self._groups_and_draft(rows, total, padded_bs)
