@@ -54,7 +54,7 @@ demo: $(STAMP)
 
 # GPU: every benchmark side by side in one run (tables to bench/results/*.json), then the Performance page.
 bench: $(STAMP)
-	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_fused_decode.ipynb nbs/03_padding.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/09_page_tables.ipynb nbs/91_performance.ipynb
+	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_padding.ipynb nbs/03_fused_decode.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/09_page_tables.ipynb nbs/91_performance.ipynb
 
 readme: $(STAMP)
 	@$(PY) tools/nb2md.py nbs/index.ipynb README.md

@@ -9,3 +9,44 @@ settings.register_profile('ci', max_examples=40, deadline=None,
 settings.register_profile('gpu', max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.core.HAS_ACCEL else 'ci'))
+
+
+# ---- helpers shared by the kernel tests: poisoned outputs with guard bands, random page tables ----
+import torch
+from tokenspeed_lit.core import default_device
+
+DEV = default_device()
+POISON, GUARD = -12345, 6
+
+
+def guarded(n, dtype, poison=POISON, guard=GUARD):
+    "A poisoned buffer with `guard` elements on each side of an `n`-element output; returns (buffer, output)."
+    buf = torch.full((n + 2 * guard,), poison, dtype=dtype, device=DEV)
+    return buf, buf[guard:guard + n]
+
+
+def assert_guards(buf, poison=POISON, guard=GUARD):
+    "The guard bands of a `guarded` buffer still hold the poison."
+    assert (buf[:guard] == poison).all(), 'wrote before the output'
+    assert (buf[-guard:] == poison).all(), 'wrote past the output'
+
+
+def guarded2d(rows, cols, dtype, poison=POISON, guard=GUARD):
+    "A poisoned `[rows + 2 guard, cols + 2 guard]` buffer and its `[rows, cols]` window (a strided view)."
+    buf = torch.full((rows + 2 * guard, cols + 2 * guard), poison, dtype=dtype, device=DEV)
+    return buf, buf[guard:guard + rows, guard:guard + cols]
+
+
+def assert_guards2d(buf, rows, cols, poison=POISON, guard=GUARD):
+    "Everything of a `guarded2d` buffer outside its window still holds the poison."
+    inside = torch.zeros_like(buf, dtype=torch.bool)
+    inside[guard:guard + rows, guard:guard + cols] = True
+    assert (buf[~inside] == poison).all(), 'wrote outside the output'
+
+
+def random_table(g, rows, cols, null=0.2):
+    "A page table of random pages, with holes: about `null` of the entries -1 and half as many the null page 0."
+    table = torch.randint(1, 1000, (rows, cols), generator=g, dtype=torch.int32)
+    table[torch.rand(rows, cols, generator=g) < null] = torch.tensor(-1, dtype=torch.int32)
+    table[torch.rand(rows, cols, generator=g) < null / 2] = 0
+    return table

@@ -18,28 +18,15 @@ from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_i
 from tokenspeed_lit.padding import PaddedBuffers
 from tokenspeed_lit import fused_decode as fd
 
-DEV = default_device()
-POISON = -77
-GUARD = 5
+from conftest import DEV, guarded as _guarded, assert_guards, random_table
+POISON, GUARD = -77, 5
+guarded = lambda n, dtype: _guarded(n, dtype, POISON, GUARD)
 KERNEL = settings(max_examples=max(100, settings.default.max_examples))   # kernel properties: more than CI's 40
 PAGE_SIZES = st.sampled_from([1, 2, 3, 4, 5, 16])
 
 
-def guarded(n, dtype):
-    "A poisoned buffer with `GUARD` elements on each side of an `n`-element output; returns (buffer, output)."
-    buf = torch.full((n + 2 * GUARD,), POISON, dtype=dtype, device=DEV)
-    return buf, buf[GUARD:GUARD + n]
-
-
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
-
-
-def random_table(g, rows, cols, null=0.2):
-    table = torch.randint(1, 1000, (rows, cols), generator=g, dtype=torch.int32)
-    table[torch.rand(rows, cols, generator=g) < null] = torch.tensor(-1, dtype=torch.int32)
-    table[torch.rand(rows, cols, generator=g) < null / 2] = 0
-    return table
 
 
 @KERNEL
@@ -63,7 +50,7 @@ def test_prep_matches_reference(batch, L, rows, cols, page_size, dummy, seed, sl
     for got, want, buf in zip((loc, pos, seq), ref, (lbuf, pbuf, sbuf)):
         assert torch.equal(got[:want.numel()].cpu().long(), want.to(got.dtype).long())
         assert (got[want.numel():] == POISON).all(), 'wrote past the batch'
-        assert (buf[:GUARD] == POISON).all() and (buf[-GUARD:] == POISON).all(), 'wrote outside the output'
+        assert_guards(buf, POISON, GUARD)
     # every slot is the dummy or inside a page the row owns
     for i, s in enumerate(ref[0].tolist()):
         if s != dummy:

@@ -10,22 +10,8 @@ from hypothesis import given, settings, strategies as st
 from tokenspeed_lit.core import default_device, HAS_ACCEL
 from tokenspeed_lit.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable, _expand_kernel
 
-DEV = default_device()
-POISON = -12345
-G = 3                                    # guard rows and columns on each side of a 2-D output
+from conftest import DEV, POISON, guarded2d, assert_guards2d as assert_guards
 KERNEL = settings(max_examples=max(100, settings.default.max_examples))
-
-
-def guarded2d(rows, cols, dtype):
-    "A poisoned `[rows + 2G, cols + 2G]` buffer and its `[rows, cols]` window (a strided view)."
-    buf = torch.full((rows + 2 * G, cols + 2 * G), POISON, dtype=dtype, device=DEV)
-    return buf, buf[G:G + rows, G:G + cols]
-
-
-def assert_guards(buf, rows, cols):
-    inside = torch.zeros_like(buf, dtype=torch.bool)
-    inside[G:G + rows, G:G + cols] = True
-    assert (buf[~inside] == POISON).all(), 'wrote outside the output'
 
 
 @st.composite

@@ -14,22 +14,11 @@ from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, 
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
                                       compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots)
 
-DEV = default_device()
-POISON = -12345
-GUARD = 6
+from conftest import DEV, POISON, GUARD, guarded, assert_guards
 KERNEL = settings(max_examples=max(150, settings.default.max_examples))   # kernel properties: more than CI's 40
 MAX_TOTAL = 700                      # tokens per call: the interpreter runs ~1 ms per program
 
 
-def guarded(n, dtype):
-    "A poisoned buffer with `GUARD` elements on each side of an `n`-element output; returns (buffer, output)."
-    buf = torch.full((n + 2 * GUARD,), POISON, dtype=dtype, device=DEV)
-    return buf, buf[GUARD:GUARD + n]
-
-
-def assert_guards(buf):
-    assert (buf[:GUARD] == POISON).all(), 'wrote before the output'
-    assert (buf[-GUARD:] == POISON).all(), 'wrote past the output'
 
 
 LENGTH = st.integers(0, 48)

@@ -13,6 +13,8 @@ from .core import (default_device, synchronize, capture, new_stream, triton_inte
 from .benchmarking import env_line
 from .padding import pick_capture_size, PAD_TOKEN_ID
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
+from .positions import compute_out_cache_loc_groups
+from .page_tables import DraftPageTable, expand_page_table_ref
 from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
 
@@ -56,6 +58,8 @@ class DemoConfig:
     seed: int = 0
     max_steps: int = 3000
     fault: str = 'none'         # inject a fault to watch the checks catch it: 'none', 'stale-tail', 'stray-write'
+    sliding_pages: int = 3      # the second KV group: a sliding window, a ring of this many pages per request
+    draft_ratio: int = 2        # the draft model's pages: this many per page of the target's table
     repeat_prep: bool = False   # time fill_input_buffers a second time at once, on steps without overrides
 
     @classmethod
@@ -132,6 +136,14 @@ class Scheduler:
                                  state_write_padding_pool_index=0, device=self.device)
         self.states = RuntimeStates(self.pool_rows, cfg.vocab, output_length=L, device=self.device)
         self.table = torch.zeros((self.pool_rows + 1, self.width), dtype=torch.int32, device=self.device)
+        # the step's tables in batch order (row i: batch row i), as today's schedulers export them; every row past the
+        # batch is zero (holes: the dummy slot), so a graph replayed at a padded batch reads nothing stale
+        self.batch_table = torch.zeros((cfg.max_bs, self.width), dtype=torch.int32, device=self.device)
+        W = cfg.sliding_pages                           # the sliding group: a fixed ring of pages per pool row
+        self.ring_table = (1 + torch.arange((self.pool_rows + 1) * W, dtype=torch.int32)).view(-1, W).to(self.device)
+        self.batch_ring = torch.zeros((cfg.max_bs, W), dtype=torch.int32, device=self.device)
+        self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
+        self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
         self.model = ToyModel(self.pool, self.bufs)
         self.graphs = {}                                     # padded batch size -> captured decode forward
         self.stream = new_stream(self.device)
@@ -428,6 +440,48 @@ def plan_step(self: Scheduler):
     rows = self._step_rows()
     return rows, all(not p for _, _, p in rows)
 
+# %% ../nbs/08_demo.ipynb #0ddfbbf1
+@patch
+def _batch_tables(self: Scheduler, rows):
+    "This step's full-attention and sliding tables in batch order; rows past the batch zero."
+    bs = len(rows)
+    idx = torch.tensor([r.pool_row for r, _, _ in rows], device=self.device)
+    for full, batch in ((self.table, self.batch_table), (self.ring_table, self.batch_ring)):
+        torch.index_select(full, 0, idx, out=batch[:bs])
+        batch[bs:].zero_()
+
+# %% ../nbs/08_demo.ipynb #1f7fb942
+@patch
+def _groups_and_draft(self: Scheduler, rows, total: int, padded_bs: int | None):
+    "Both KV groups' slots of the step in one launch; the draft table published for the padded batch."
+    b, bs = self.bufs, len(rows)
+    starts = torch.tensor([r.cache_len for r, _, _ in rows], dtype=torch.int32, device=self.device)
+    compute_out_cache_loc_groups([self.group_locs[0, :total], self.group_locs[1, :total]], b.req_pool_indices_buf[:bs],
+                                 b.input_lengths_buf[:bs], starts, [self.batch_table, self.batch_ring],
+                                 [self.cfg.page_size] * 2, [None, self.cfg.sliding_pages], self.dummy_slot,
+                                 table_order='batch')
+    self.draft.table.fill_(-7)                           # a canary: a row the publish skips keeps it
+    self.draft.publish(self.batch_table[:bs], padded_bs or bs)
+
+# %% ../nbs/08_demo.ipynb #52a5f8ad
+@patch
+def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None):
+    "Group 0 is the staged `out_cache_loc`, group 1 the ring rule; the draft table's rows expanded or zero."
+    ps, W, total, bs = self.cfg.page_size, self.cfg.sliding_pages, len(expect['ids']), len(rows)
+    ring = [self.ring_table[r.pool_row, (q // ps) % W].item() * ps + q % ps
+            for r, n, _ in rows for q in range(r.cache_len, r.cache_len + n)]
+    for g, want in ((0, expect['loc']), (1, ring)):
+        got = self.group_locs[g, :total].cpu().tolist()
+        if got != want:
+            i = next(i for i, (a, w) in enumerate(zip(got, want)) if a != w)
+            raise DemoViolation(f'step {self.step_no}: KV group {g} slot {i} = {got[i]}, expected {want[i]}')
+    padded = padded_bs or bs
+    want = expand_page_table_ref(self.batch_table[:bs], self.draft.width, self.draft.ratio).to(self.draft.table.dtype)
+    if not torch.equal(self.draft.table[:bs], want) or self.draft.table[bs:padded].any():
+        raise DemoViolation(f'step {self.step_no}: the draft table differs from the batch table expanded x'
+                            f'{self.draft.ratio}, or a padded row in [{bs}, {padded}) is not zero')
+    self.stats['checks'] += 2
+
 # %% ../nbs/08_demo.ipynb #d0601b9d
 @patch
 def run_step(self: Scheduler, rows, padded_bs: int | None):
@@ -446,17 +500,19 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
         self.states.future_input_map[rows_t, 0] = (self.states.future_input_map[rows_t, 0] + 1) % V
     for r in not_ready: self.states.remote_spec_candidate_ready[r.pool_row] = False
     total = len(expect['ids'])
+    self._batch_tables(rows)
     t0 = time.perf_counter()
-    self.bufs.fill_input_buffers(op, self.states, self.table, total)
+    self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
     kind = 'prep_decode_us' if all(not p for _, _, p in rows) else 'prep_us'
     self.stats[kind].append(1e6 * (time.perf_counter() - t0))
     # the same call again, with the host's caches warm from the first; only without overrides: the kernel moves an
     # override into the request's state (and clears its draft readiness), so a second call would stage another step
     if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
         t0 = time.perf_counter()
-        self.bufs.fill_input_buffers(op, self.states, self.table, total)
+        self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
         self.stats[kind.replace('_us', '_repeat_us')].append(1e6 * (time.perf_counter() - t0))
     self._inject(total)
+    self._groups_and_draft(rows, total, padded_bs)
     if padded_bs is not None:
         self._decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1
         padded_tokens = padded_bs * L
@@ -465,6 +521,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
         self.stats['mixed_steps' if any(not p for _, _, p in rows) else 'prefill_steps'] += 1
     synchronize(self.device)
     self._check_staging(rows, expect, padded_bs or len(rows), padded_tokens)
+    self._check_groups_and_draft(rows, expect, padded_bs)
     self._sample(rows, not_ready)
     self._check_kv()
     self.stats['steps'] += 1; self.stats['tokens'] += total

@@ -70,9 +70,9 @@ class InputBuffers(PaddedBuffers):
 _MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
 
 @patch
-def _mamba_lists(self: InputBuffers, fo, batch):
+def _mamba_lists(self: InputBuffers, op, batch):
     "The op's four Mamba index lists as lists (checked), or None when it carries none."
-    lists = [getattr(fo, f, None) for f in _MAMBA_FIELDS]
+    lists = [getattr(op, f, None) for f in _MAMBA_FIELDS]
     if not self.has_mamba:
         for f, m in zip(_MAMBA_FIELDS, lists):
             if m is not None and len(m):
@@ -88,107 +88,92 @@ _PREFILL_LISTS = ('input_ids', 'shifted_input_ids', 'prefill_lengths')
 
 # %% ../nbs/04_input_buffers.ipynb #37bd4321
 @patch
-def _check_step(self: InputBuffers, fo, total_tokens, width):
+def _check_step(self: InputBuffers, op, total_tokens, width):
     "Host-side checks shared by every path; returns (batch, num_extends, pool indices, input lengths)."
-    try: batch = len(fo.request_ids)
-    except TypeError: raise InputTypeError(f'request_ids must be a sequence, got {type(fo.request_ids).__name__}') from None
-    pools = int_seq('request_pool_indices', fo.request_pool_indices)     # packed as is: an array is not converted
-    lens = int_list('input_lengths', fo.input_lengths)
+    try: batch = len(op.request_ids)
+    except TypeError: raise InputTypeError(f'request_ids must be a sequence, got {type(op.request_ids).__name__}') from None
+    pools = int_seq('request_pool_indices', op.request_pool_indices)     # packed as is: an array is not converted
+    lens = int_list('input_lengths', op.input_lengths)
     if len(pools) != batch or len(lens) != batch:
         raise ValueError(f'per-request lists disagree: len(request_ids)={batch}, '
                          f'len(request_pool_indices)={len(pools)}, len(input_lengths)={len(lens)}')
     if batch > self.max_bs: raise ValueError(f'batch of {batch} requests is larger than max_bs={self.max_bs}')
     if not 0 <= check_int('total_tokens', total_tokens) <= self.max_num_tokens:
         raise ValueError(f'total_tokens={total_tokens} must be an integer in [0, max_num_tokens={self.max_num_tokens}]')
-    ne = fo.num_extends()
-    if ne > batch: raise ValueError(f'{ne} extend rows (extend_prefix_lens) in a batch of {batch} requests')
-    if ne == 0:
+    num_extends = op.num_extends()
+    if num_extends > batch: raise ValueError(f'{num_extends} extend rows (extend_prefix_lens) in a batch of {batch} requests')
+    if num_extends == 0:
         for name in _PREFILL_LISTS:
-            v = getattr(fo, name)
+            v = getattr(op, name)
             if v is not None and len(v):
                 raise ValueError(f'{name} has {len(v)} entries, but the step has no prefill row (extend_prefix_lens is empty)')
         if lens.count(width) == batch:             # the decode fast path: all lengths equal, so the sum is known
             if total_tokens != batch * width:
                 raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={batch * width}')
-            return batch, ne, pools, lens
-    elif min(lens[:ne]) < 0:
-        i = next(i for i, n in enumerate(lens[:ne]) if n < 0)
+            return batch, num_extends, pools, lens
+    elif min(lens[:num_extends]) < 0:
+        i = next(i for i, n in enumerate(lens[:num_extends]) if n < 0)
         raise ValueError(f'input_lengths[{i}] = {lens[i]}: a prefill row cannot have a negative length')
-    if lens[ne:].count(width) != batch - ne:
+    if lens[num_extends:].count(width) != batch - num_extends:
         raise ValueError(f'every decode row must feed {width} tokens (the width of future_input_map), '
-                         f'got input_lengths[{ne}:]={lens[ne:]}')
+                         f'got input_lengths[{num_extends}:]={lens[num_extends:]}')
     n = sum(lens)
     if not isinstance(n, (int, np.integer)): raise InputTypeError(f'input_lengths must hold integers, got {lens}')
     if total_tokens != n: raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={n}')
-    return batch, ne, pools, lens
+    return batch, num_extends, pools, lens
 
 # %% ../nbs/04_input_buffers.ipynb #3676e9f2
 @patch
-def _fill_decode(self: InputBuffers, fo, batch, width, pools):
-    st = self.step
-    ovr, mamba = fo.decode_input_ids, self._mamba_lists(fo, batch)
-    if ovr is not None: ovr = int_list('decode_input_ids', ovr)
-    st.check_decode(batch, width, ovr, mamba)
-    s = st.acquire()
-    ovr = st.pack_decode(s, pools, width, ovr, mamba, name='request_pool_indices')
-    st.launch(s)
+def _fill_decode(self: InputBuffers, op, batch, width, pools):
+    step = self.step
+    overrides, mamba = op.decode_input_ids, self._mamba_lists(op, batch)
+    if overrides is not None: overrides = int_list('decode_input_ids', overrides)
+    overrides = step.issue_decode(pools, width, overrides, mamba, name='request_pool_indices')
     self.all_extends_mid_chunk = False
-    return ovr
+    return overrides
 
 # %% ../nbs/04_input_buffers.ipynb #10fa7048
 @patch
-def _fill_mixed(self: InputBuffers, fo, batch, ne, total_tokens, width, req_to_page, pools, lens, table_order):
-    st, lay = self.step, self.step.layout
-    prefill = sum(lens[:ne])
-    prefix, full = int_list('extend_prefix_lens', fo.extend_prefix_lens), int_list('prefill_lengths', fo.prefill_lengths)
-    ids, shifted = int_seq('input_ids', fo.input_ids), int_seq('shifted_input_ids', fo.shifted_input_ids)
+def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width, req_to_page, pools, lens, table_order):
+    step, layout = self.step, self.step.layout
+    prefill = sum(lens[:num_extends])
+    prefix, full = int_list('extend_prefix_lens', op.extend_prefix_lens), int_list('prefill_lengths', op.prefill_lengths)
+    ids, shifted = int_seq('input_ids', op.input_ids), int_seq('shifted_input_ids', op.shifted_input_ids)
     for name, seq, n in (('input_ids', ids, prefill), ('shifted_input_ids', shifted, prefill),
-                         ('extend_prefix_lens', prefix, ne), ('prefill_lengths', full, ne)):
+                         ('extend_prefix_lens', prefix, num_extends), ('prefill_lengths', full, num_extends)):
         if len(seq) != n: raise ValueError(f'{name} has {len(seq)} entries, {n} expected')
     if min(prefix) < 0:
         i = next(i for i, p in enumerate(prefix) if p < 0)
         raise ValueError(f'extend_prefix_lens[{i}] = {prefix[i]}: a prefix length cannot be negative')
-    ovr, mamba = fo.decode_input_ids, self._mamba_lists(fo, batch)
-    if ovr is not None: ovr = int_list('decode_input_ids', ovr)
-    if ovr is not None and len(ovr) != batch - ne:
-        raise ValueError(f'decode_input_ids has {len(ovr)} entries for {batch - ne} decode rows')
-    if ovr is not None and ovr.count(-1) == len(ovr): ovr = None
-    s = st.acquire()
-    st.pack(s, lay['pool'], pools, 'request_pool_indices')
-    st.check_pools(s, batch, 'request_pool_indices')
-    st.pack(s, lay['lengths'], lens[:ne], 'input_lengths')
-    st.pack(s, lay['extend_prefix'], prefix, 'extend_prefix_lens')
-    st.pack(s, lay['ids'], ids, 'input_ids')
-    st.pack(s, lay['ids'] + prefill, shifted, 'shifted_input_ids')
-    if ovr is not None: st.pack(s, lay['override'], ovr, 'decode_input_ids')
-    if mamba is not None:
-        for k in range(4): st.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
-    st.header(s, batch, ne, prefill, width, total_tokens, ovr is not None, mamba is not None)
-    if device_checks_enabled(): st.check_cache_lengths(pools, 'request_pool_indices')
-    st.launch(s)
+    overrides, mamba = op.decode_input_ids, self._mamba_lists(op, batch)
+    if overrides is not None: overrides = int_list('decode_input_ids', overrides)
+    if overrides is not None and len(overrides) != batch - num_extends:
+        raise ValueError(f'decode_input_ids has {len(overrides)} entries for {batch - num_extends} decode rows')
+    if overrides is not None and overrides.count(-1) == len(overrides): overrides = None
+    step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill:                       # the prefill rows' positions and KV slots: one launch for both
         stage = self.scratch
-        compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[lay['extend_prefix']:][:ne],
-                                    stage[lay['lengths']:][:ne], stage[lay['cache_start']:][:ne],
+        ne = num_extends
+        compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[layout['extend_prefix']:][:ne],
+                                    stage[layout['lengths']:][:ne], stage[layout['cache_start']:][:ne],
                                     self.req_pool_indices_buf[:ne], req_to_page, self.page_size, prefill,
                                     self.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
-    self.all_extends_mid_chunk = ne == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
-    return ovr
+    self.all_extends_mid_chunk = num_extends == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
+    return overrides
 
 # %% ../nbs/04_input_buffers.ipynb #4b5ad139
 @patch
 def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
                        total_tokens: int, table_order: str = 'pool'):
     "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None`."
-    st, rs = self.step, runtime_states
-    if not st.is_bound_to(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready,
-                          rs.vocab_size, req_to_page, table_order):
-        st.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size, req_to_page,
-                table_order)
-    width = st.width
-    batch, ne, pools, lens = self._check_step(forward_op, total_tokens, width)
-    if ne == 0: return self._fill_decode(forward_op, batch, width, pools)
-    return self._fill_mixed(forward_op, batch, ne, total_tokens, width, req_to_page, pools, lens, table_order)
+    step, states = self.step, runtime_states
+    state = (states.valid_cache_lengths, states.future_input_map, states.remote_spec_candidate_ready, states.vocab_size)
+    if not step.is_bound_to(*state, req_to_page, table_order):
+        step.bind(*state, req_to_page, table_order)
+    width = step.width
+    batch, num_extends, pools, lens = self._check_step(forward_op, total_tokens, width)
+    if num_extends == 0: return self._fill_decode(forward_op, batch, width, pools)
+    return self._fill_mixed(forward_op, batch, num_extends, total_tokens, width, req_to_page, pools, lens, table_order)
 
 # %% ../nbs/04_input_buffers.ipynb #1389ec33
 @patch
@@ -205,37 +190,37 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
                            remote_spec_candidate_ready, vocab_size: int, req_to_page, total_tokens: int, page_size: int,
                            table_order: str = 'pool'):
     "Plain torch: `(buffers, (valid_cache_lengths, future_input_map, remote_spec_candidate_ready))` after one fill."
-    fo = forward_op
+    op = forward_op
     bufs = {k: v.clone() for k, v in buffers.items()}
     vcl, fim, ready = valid_cache_lengths.clone(), future_input_map.clone(), remote_spec_candidate_ready.clone()
-    B, ne, T = len(fo.request_ids), fo.num_extends(), total_tokens
-    pool = torch.tensor(list(fo.request_pool_indices), dtype=torch.long)
-    lens = torch.tensor(list(fo.input_lengths), dtype=torch.long)
+    B, num_extends, T = len(op.request_ids), op.num_extends(), total_tokens
+    pool = torch.tensor(list(op.request_pool_indices), dtype=torch.long)
+    lens = torch.tensor(list(op.input_lengths), dtype=torch.long)
     bufs['req_pool_indices_buf'][:B] = pool
     bufs['state_write_req_pool_indices_buf'][:B] = pool
     bufs['input_lengths_buf'][:B] = lens
-    prefix = torch.tensor(list(fo.extend_prefix_lens), dtype=torch.long)
-    bufs['extend_prefix_lens_buf'][:ne] = prefix
-    bufs['extend_seq_lens_buf'][:ne] = lens[:ne]
+    prefix = torch.tensor(list(op.extend_prefix_lens), dtype=torch.long)
+    bufs['extend_prefix_lens_buf'][:num_extends] = prefix
+    bufs['extend_seq_lens_buf'][:num_extends] = lens[:num_extends]
     cache = vcl[pool].long()
     bufs['out_cache_loc_buf'][:T] = compute_out_cache_loc_ref(pool, lens, cache, req_to_page, page_size,
                                                               values['out_cache_loc_buf'], table_order=table_order)
-    bufs['positions_buf'][:T] = compute_positions_ref(torch.cat([prefix, cache[ne:]]), lens)[0]
+    bufs['positions_buf'][:T] = compute_positions_ref(torch.cat([prefix, cache[num_extends:]]), lens)[0]
     bufs['seq_lens_buf'][:B] = cache + lens
-    P = int(lens[:ne].sum())
-    bufs['input_ids_buf'][:P] = torch.tensor(list(fo.input_ids), dtype=torch.long)
-    bufs['shifted_prefill_ids_buf'][:P] = torch.tensor(list(fo.shifted_input_ids), dtype=torch.long)
-    dec = pool[ne:]
-    force = apply_overrides_ref(fim, ready, dec, fo.decode_input_ids)
-    bufs['force_single_token_verify_buf'][:B] = torch.cat([torch.zeros(ne, dtype=torch.bool), force])
+    P = int(lens[:num_extends].sum())
+    bufs['input_ids_buf'][:P] = torch.tensor(list(op.input_ids), dtype=torch.long)
+    bufs['shifted_prefill_ids_buf'][:P] = torch.tensor(list(op.shifted_input_ids), dtype=torch.long)
+    dec = pool[num_extends:]
+    force = apply_overrides_ref(fim, ready, dec, op.decode_input_ids)
+    bufs['force_single_token_verify_buf'][:B] = torch.cat([torch.zeros(num_extends, dtype=torch.bool), force])
     dec_ids = fim[dec].flatten()
     bufs['input_ids_buf'][P:T] = dec_ids
     bufs['shifted_prefill_ids_buf'][P:T] = dec_ids
     bufs['input_ids_buf'][:T].clamp_(0, vocab_size - 1)
     bufs['shifted_prefill_ids_buf'][:T].clamp_(0, vocab_size - 1)
     if 'mamba_pool_indices_buf' in bufs:
-        given = fo.mamba_pool_indices is not None
+        given = op.mamba_pool_indices is not None
         for f in _MAMBA_FIELDS:
-            bufs[f + '_buf'][:B] = torch.tensor(list(getattr(fo, f))) if given else -1
-    reset_tail(bufs, values, B, T, ne)
+            bufs[f + '_buf'][:B] = torch.tensor(list(getattr(op, f))) if given else -1
+    reset_tail(bufs, values, B, T, num_extends)
     return bufs, (vcl, fim, ready)

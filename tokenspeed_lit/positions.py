@@ -12,9 +12,9 @@ import triton
 import triton.language as tl
 
 # %% auto #0
-__all__ = ['compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref', 'compute_out_cache_loc',
-           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding',
-           'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
+__all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref',
+           'is_batch_order', 'compute_out_cache_loc', 'compute_positions_and_slots', 'compute_out_cache_loc_uniform',
+           'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -43,7 +43,7 @@ def compute_positions_ref(extend_prefix_lens: torch.Tensor, extend_seq_lens: tor
 # %% ../nbs/01_positions.ipynb #69c0efce
 _R, _C, _CHUNK = 8, 128, 1024    # requests per block, tokens per tile, lengths per vector load (tuned on an H200)
 _NO_REQ = 2**31 - 1              # start of a masked-off request lane: owns no token
-_MAX_TOKENS = 2**30              # token indices are int32 inside the kernels: a bound far from overflow
+MAX_TOKENS = 2**30              # token indices are int32 inside the kernels: a bound far from overflow
 
 @triton.jit
 def _sum_before(lens_ptr, n, cap, CHUNK: tl.constexpr):
@@ -57,7 +57,7 @@ def _sum_before(lens_ptr, n, cap, CHUNK: tl.constexpr):
 
 # %% ../nbs/01_positions.ipynb #532427dc
 @triton.jit
-def _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool, pos, page_size, dummy, live,
+def kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool, pos, page_size, dummy, live,
              SLIDING: tl.constexpr):
     "KV slot of `pos` in pool row `pool`; `dummy` for overflow, null pages (id <= 0), bad rows or dead lanes."
     col = pos // page_size
@@ -135,7 +135,7 @@ def _ragged(lens_ptr,        # int32/int64 [batch]: tokens of each request (nega
         if WRITE_LOC:
             lpos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
             lpool = tl.sum(tl.where(hot, pool[None, :], 0), axis=1)
-            slot = _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, lpool, lpos, page_size, dummy,
+            slot = kv_slot(table_ptr, stride_row, stride_col, num_rows, width, lpool, lpos, page_size, dummy,
                             m & covered, False)
             tl.store(loc_ptr + tok, slot, mask=m)
 
@@ -180,7 +180,7 @@ def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.T
                       out: torch.Tensor | None = None):
     "Positions (int64) of requests laid out back to back, and each request's start (int32); one linear-time launch."
     batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens)
-    total_tokens = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
+    total_tokens = check_int('total_tokens', total_tokens, lo=0, hi=MAX_TOKENS)
     device = extend_seq_lens.device
     if out is None: out = torch.empty(total_tokens, dtype=torch.int64, device=device)
     else: check_out('out', out, total_tokens, dtypes=(torch.int64,), device=dev)
@@ -230,7 +230,7 @@ def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_
     return _pad_to(slots, total_tokens, dummy_slot)
 
 # %% ../nbs/01_positions.ipynb #fa4bc810
-def _batch_rows(table_order: str) -> bool:
+def is_batch_order(table_order: str) -> bool:
     "True for a batch-ordered table (`'batch'`: row i is batch row i), False for a pool-indexed one (`'pool'`)."
     if table_order not in ('pool', 'batch'):
         raise ValueError(f"table_order must be 'pool' or 'batch', got {table_order!r}")
@@ -257,10 +257,10 @@ def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.T
                           table_order: str = 'pool'):
     "Write the KV slot of every token of a ragged batch into `out_cache_loc`, `dummy_slot` past the requests' tokens."
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
                                               batch if by_batch else 0)
-    total = check_int('out_cache_loc.numel()', out_cache_loc.numel(), hi=_MAX_TOKENS)
+    total = check_int('out_cache_loc.numel()', out_cache_loc.numel(), hi=MAX_TOKENS)
     if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_loc.numel()',
                                                      prefix=('cache_start', cache_start),
                                                      pool=None if by_batch else req_pool_indices,
@@ -281,9 +281,9 @@ def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Te
     "`compute_positions` and `compute_out_cache_loc` of the same requests in one launch (`total_tokens` of each)."
     batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens,
                                cache_start=cache_start, req_pool_indices=req_pool_indices)
-    T = check_int('total_tokens', total_tokens, lo=0, hi=_MAX_TOKENS)
+    T = check_int('total_tokens', total_tokens, lo=0, hi=MAX_TOKENS)
     check_out('positions', positions, T, dtypes=(torch.int64,), device=dev)
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
                                               batch if by_batch else 0)
     check_capacity('out_cache_loc', out_cache_loc, T)
@@ -318,7 +318,7 @@ def _uniform_kernel(pool_ptr,       # int [batch]: pool row of each request (poo
     j = tl.arange(0, LP)                       # LP = L rounded up to a power of two
     m = live[:, None] & (j[None, :] < L)
     pos = start[:, None] + j[None, :]
-    slot = _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool[:, None], pos, page_size, dummy, m,
+    slot = kv_slot(table_ptr, stride_row, stride_col, num_rows, width, pool[:, None], pos, page_size, dummy, m,
                     SLIDING)
     tl.store(loc_ptr + req[:, None].to(tl.int64) * L + j[None, :], slot, mask=m)
 
@@ -328,10 +328,10 @@ _uniform = FastLaunch(_uniform_kernel)
 def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache_start, req_to_page, page_size,
                     dummy_slot, sliding, table_order):
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, cache_start=cache_start)
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     page_size, dummy_slot = _check_table_args(out_cache_loc, req_to_page, page_size, dummy_slot, dev,
                                               batch if by_batch else 0)
-    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=_MAX_TOKENS)
+    L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=MAX_TOKENS)
     check_capacity('out_cache_loc', out_cache_loc, batch * L)
     if device_checks_enabled():
         check_values('cache_start', cache_start, lo=0)
@@ -375,7 +375,7 @@ def _group_slot(table_ptr, meta_ptr, row, pos, dummy, live):
     lap = (pos // page_size % tl.maximum(ring, 1)) * page_size + pos % page_size   # the ring's first lap
     pos = tl.where((ring > 0) & (pos >= 0), lap, pos)
     width = tl.where(ring > 0, ring, width)
-    return _kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row, pos, page_size, dummy, live, False)
+    return kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row, pos, page_size, dummy, live, False)
 
 # %% ../nbs/01_positions.ipynb #ebed9126
 @triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy'])
@@ -444,10 +444,10 @@ def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor,
                                  dummy_slot: int = 0, table_order: str = 'pool'):
     "Every KV group's slots of a ragged batch in one launch: `out_cache_locs[g]` from `req_to_pages[g]`."
     batch, dev = check_vectors(req_pool_indices=req_pool_indices, input_lengths=input_lengths, cache_start=cache_start)
-    by_batch = _batch_rows(table_order)
+    by_batch = is_batch_order(table_order)
     outs, tables, sizes, rings, dummy = _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths,
                                                       dummy_slot, dev, batch if by_batch else 0)
-    total = check_int('out_cache_locs[0].numel()', outs[0].numel(), hi=_MAX_TOKENS)
+    total = check_int('out_cache_locs[0].numel()', outs[0].numel(), hi=MAX_TOKENS)
     if device_checks_enabled(): _check_ragged_values(input_lengths, 'input_lengths', total, 'out_cache_locs[0].numel()',
                                                      prefix=('cache_start', cache_start),
                                                      pool=None if by_batch else req_pool_indices,
