@@ -16,10 +16,11 @@ import triton
 import triton.language as tl
 from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, MAX_TOKENS,
                                       is_batch_order)
-from .padding import PAD_TOKEN_ID, PaddedBuffers, reset_tail, dummy_decode_seq_len
+from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
-__all__ = ['fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep', 'staging_layout',
+__all__ = ['PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA', 'PAD_POSITION',
+           'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep', 'staging_layout',
            'FusedDecodeStep', 'apply_overrides_ref', 'decode_step_ref']
 
 # %% ../nbs/03_fused_decode.ipynb #280759b1
@@ -169,85 +170,50 @@ def _stage_copy(dst: torch.Tensor, src: torch.Tensor):
     "Copy the first `src[_STAGED]` ints of the host slot `src` into the device staging area `dst` (one launch)."
     _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, AT=_STAGED, BLOCK=_STAGE_BLOCK)
 
-# %% ../nbs/03_fused_decode.ipynb #f0a05b91
-@triton.jit
-def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.constexpr):
-    # ---- the header: per-step fields, then static ones (indices of _FIELDS) ----
-    B = tl.load(s32 + 0)                       # batch
-    E = tl.load(s32 + 1)                       # num_extends: prefill rows come first
-    P = tl.load(s32 + 2)                       # prefill_tokens
-    L = tl.load(s32 + 3)                       # width: tokens per decode row
-    T = tl.load(s32 + 4)                       # total_tokens
-    zr = tl.zeros([64], dtype=tl.int32)        # flags as row vectors: masks combine them lane by lane
-    has_ovr = (zr + tl.load(s32 + 5)) != 0     # has_override
-    has_md = (zr + tl.load(s32 + 6)) != 0      # has_mamba_data
-    drows = tl.load(s32 + 7)                   # dummy_rows
-    dseq = tl.load(s32 + 8)                    # dummy_seq_len
-    shifted_at = tl.load(s32 + 9)              # shifted_at
-    MAX_BS = tl.load(s32 + 10)
-    MAX_TOK = tl.load(s32 + 11)
-    VOCAB = tl.load(s32 + 12)
-    NPOOL = tl.load(s32 + 13)
-    FSTRIDE = tl.load(s32 + 14).to(tl.int64)
-    W = tl.load(s32 + 15)                      # fim_width
-    TS0 = tl.load(s32 + 16).to(tl.int64)
-    TS1 = tl.load(s32 + 17).to(tl.int64)
-    TROWS = tl.load(s32 + 18)
-    TCOLS = tl.load(s32 + 19)
-    PAGE = tl.load(s32 + 20)
-    DUMMY = tl.load(s32 + 21)
-    PAD_SW = tl.load(s32 + 22).to(tl.int64)
-    PAD_ID = tl.load(s32 + 23)
-    has_mb = (zr + tl.load(s32 + 24)) != 0     # has_mamba_buffers
-    O_IDS = tl.load(s32 + 25)
-    O_SHIFT = tl.load(s32 + 26)
-    O_ILEN = tl.load(s32 + 27)
-    O_LOC = tl.load(s32 + 28)
-    O_SEQ = tl.load(s32 + 29)
-    O_EPRE = tl.load(s32 + 30)
-    O_ESEQ = tl.load(s32 + 31)
-    O_POS = tl.load(s32 + 36)                  # 32..35: the four Mamba buffers
-    O_MROPE = tl.load(s32 + 37)
-    O_RPOOL = tl.load(s32 + 38)
-    O_SW = tl.load(s32 + 39)
-    O_FORCE = tl.load(s32 + 40)
-    S_POOL = tl.load(s32 + 41)
-    S_OVR = tl.load(s32 + 42)
-    S_MAMBA = tl.load(s32 + 43)
-    S_LEN = tl.load(s32 + 44)
-    S_EPRE = tl.load(s32 + 45)
-    S_IDS = tl.load(s32 + 46)
-    S_CSTART = tl.load(s32 + 47)
-    BROWS = tl.load(s32 + 49) != 0             # table_batch_order (48: staged)
+# %% ../nbs/03_fused_decode.ipynb #e0075b11
+for _i, _name in enumerate(_FIELDS): globals()['H_' + _name.upper()] = tl.constexpr(_i)   # H_BATCH = 0, ...
+_PAD = {r.name: r.value for r in PADDING}
+PAD_INPUT_LENGTH, PAD_SEQ_LEN = tl.constexpr(_PAD['input_lengths_buf']), tl.constexpr(_PAD['seq_lens_buf'])
+PAD_REQ_POOL, PAD_EXTEND = tl.constexpr(_PAD['req_pool_indices_buf']), tl.constexpr(_PAD['extend_seq_lens_buf'])
+PAD_MAMBA, PAD_POSITION = tl.constexpr(_PAD['mamba_pool_indices_buf']), tl.constexpr(_PAD['positions_buf'])
 
-    pid = tl.program_id(0)
-    G = tl.num_programs(0)
-    # ---- per-request buffers: rows 64*pid .. 64*pid+63 ----
-    rows = pid * 64 + tl.arange(0, 64)
-    in_bs = rows < MAX_BS
-    live = rows < B
-    pf = live & (rows < E)                     # prefill row
-    dec = live & (rows >= E)                   # decode row
+# %% ../nbs/03_fused_decode.ipynb #5e391820
+@triton.jit
+def _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
+                  S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ):
+    "Per-request buffers of `rows` (live, prefill, padding); returns each row's `(pool64, ok, cache)`."
+    in_bs, live = rows < MAX_BS, rows < B
+    pf = live & (rows < E)                     # a prefill row (prefill rows come first)
     pool = tl.load(s32 + S_POOL + rows, mask=live, other=0)
     ok = live & (pool >= 0) & (pool < NPOOL)   # the host checked; a bad row still reads nothing
     pool64 = pool.to(tl.int64)
     cache = tl.load(vcl_ptr + pool64, mask=ok, other=0).to(tl.int64)
     ilen = tl.where(pf, tl.load(s32 + S_LEN + rows, mask=pf, other=0), L)
-    tl.store(s64 + O_RPOOL + rows, tl.where(live, pool64, 0), mask=in_bs)
-    tl.store(s64 + O_SW + rows, tl.where(live, pool64, PAD_SW), mask=in_bs)
-    tl.store(s32 + O_ILEN + rows, tl.where(live, ilen, 1), mask=in_bs)
-    seq_pad = tl.where(rows < drows, dseq, 1)
+    tl.store(s64 + O_RPOOL + rows, tl.where(live, pool64, PAD_REQ_POOL), mask=in_bs)
+    tl.store(s64 + O_SW + rows, tl.where(live, pool64, pad_sw), mask=in_bs)
+    tl.store(s32 + O_ILEN + rows, tl.where(live, ilen, PAD_INPUT_LENGTH), mask=in_bs)
+    seq_pad = tl.where(rows < drows, dseq, PAD_SEQ_LEN)        # a dummy decode's first rows: dummy_seq_len
     tl.store(s32 + O_SEQ + rows, tl.where(live, cache + ilen, seq_pad), mask=in_bs)
-    epre = tl.load(s32 + S_EPRE + rows, mask=pf, other=0)
+    epre = tl.load(s32 + S_EPRE + rows, mask=pf, other=PAD_EXTEND)
     tl.store(s32 + O_EPRE + rows, epre, mask=in_bs)
-    tl.store(s32 + O_ESEQ + rows, tl.where(pf, ilen, 0), mask=in_bs)
-    tl.store(s32 + S_CSTART + rows, cache, mask=pf)      # KV start of prefill rows, for the ragged kernel
-    for k in tl.static_range(4):                          # Mamba indices: given ones, else -1
-        mv = tl.load(s32 + S_MAMBA + k * MAX_BS + rows, mask=live & has_md, other=-1)
-        o_m = tl.load(s32 + 32 + k)
-        tl.store(s32 + o_m + rows, mv, mask=in_bs & has_mb)
+    tl.store(s32 + O_ESEQ + rows, tl.where(pf, ilen, PAD_EXTEND), mask=in_bs)
+    tl.store(s32 + S_CSTART + rows, cache, mask=pf)           # prefill rows' KV start, for the ragged kernel
+    return pool64, ok, cache
 
-    # ---- decode rows: overrides, token ids, positions, KV slots ----
+# %% ../nbs/03_fused_decode.ipynb #fd2c65bd
+@triton.jit
+def _mamba_rows(s32, rows, live, in_bs, has_md, has_mb, MAX_BS, S_MAMBA, O_MAMBA0):
+    "The four Mamba index buffers of `rows`: the given indices for live rows, `PAD_MAMBA` for the rest."
+    for k in tl.static_range(4):
+        mv = tl.load(s32 + S_MAMBA + k * MAX_BS + rows, mask=live & has_md, other=PAD_MAMBA)
+        tl.store(s32 + tl.load(s32 + O_MAMBA0 + k) + rows, mv, mask=in_bs & has_mb)
+
+# %% ../nbs/03_fused_decode.ipynb #762ba497
+@triton.jit
+def _decode_rows(s32, s64, s8, fim_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, dec, in_bs, has_ovr,
+                 E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
+                 S_OVR, O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC, WP: tl.constexpr):
+    "Overrides, token ids, positions and KV slots of the decode rows among `rows`."
     d = rows - E                                         # index among the decode rows
     j = tl.arange(0, WP)[None, :]
     ovr = tl.load(s32 + S_OVR + d, mask=dec & has_ovr, other=-1)
@@ -273,7 +239,11 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
     slot = kv_slot(table_ptr, TS0, TS1, TROWS, TCOLS, trow[:, None], pos, PAGE, DUMMY, tmask, False)
     tl.store(s32 + O_LOC + tok, slot, mask=tmask)
 
-    # ---- token buffers: prefill ids from the staging buffer, then the padding tail ----
+# %% ../nbs/03_fused_decode.ipynb #05817aaf
+@triton.jit
+def _token_tiles(s32, s64, pid, G, P, T, MAX_TOK, VOCAB, PAD_ID, DUMMY, S_IDS, shifted_at,
+                 O_IDS, O_SHIFT, O_POS, O_LOC, O_MROPE):
+    "Prefill token ids (tiles `pid`, `pid + G`, ...), then every token buffer's padding past `total_tokens`."
     t_ar = tl.arange(0, 256)
     for t0 in range(pid * 256, P, G * 256):
         t = t0 + t_ar
@@ -288,10 +258,56 @@ def _fill_kernel(s32, s64, s8, vcl_ptr, fim_ptr, ready_ptr, table_ptr, WP: tl.co
         m = t < MAX_TOK
         tl.store(s32 + O_IDS + t, zero + PAD_ID, mask=m)
         tl.store(s32 + O_SHIFT + t, zero + PAD_ID, mask=m)
-        tl.store(s64 + O_POS + t, zero, mask=m)
+        tl.store(s64 + O_POS + t, zero + PAD_POSITION, mask=m)
         tl.store(s32 + O_LOC + t, zero + DUMMY, mask=m)
         for k in tl.static_range(3):
-            tl.store(s64 + O_MROPE + k * MAX_TOK + t, zero, mask=m)
+            tl.store(s64 + O_MROPE + k * MAX_TOK + t, zero + PAD_POSITION, mask=m)
+
+# %% ../nbs/03_fused_decode.ipynb #1952cf46
+@triton.jit
+def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the int32 buffers (offsets in the header)
+                 s64,        # int64 [slab / 2]: the same slab as int64 (positions, mrope, pool indices)
+                 s8,         # int8 [slab * 4]: the same slab as bytes (force_single_token_verify)
+                 vcl_ptr,    # int32 [num_pool]: valid_cache_lengths
+                 fim_ptr,    # int32 [num_pool, fim_stride]: future_input_map, rewritten in place by overrides
+                 ready_ptr,  # bool [num_pool]: remote_spec_candidate_ready, cleared by overrides
+                 table_ptr,  # int32/int64 [table_rows, table_cols]: req_to_page, pool- or batch-ordered
+                 WP: tl.constexpr):   # the header's fim_width rounded up to a power of two
+    # ---- the header, once, by name ----
+    B, E, P = tl.load(s32 + H_BATCH), tl.load(s32 + H_NUM_EXTENDS), tl.load(s32 + H_PREFILL_TOKENS)
+    L, T = tl.load(s32 + H_WIDTH), tl.load(s32 + H_TOTAL_TOKENS)
+    zr = tl.zeros([64], dtype=tl.int32)        # flags as row vectors: masks combine them lane by lane
+    has_ovr = (zr + tl.load(s32 + H_HAS_OVERRIDE)) != 0
+    has_md = (zr + tl.load(s32 + H_HAS_MAMBA_DATA)) != 0
+    has_mb = (zr + tl.load(s32 + H_HAS_MAMBA_BUFFERS)) != 0
+    drows, dseq, shifted_at = tl.load(s32 + H_DUMMY_ROWS), tl.load(s32 + H_DUMMY_SEQ_LEN), tl.load(s32 + H_SHIFTED_AT)
+    MAX_BS, MAX_TOK = tl.load(s32 + H_MAX_BS), tl.load(s32 + H_MAX_NUM_TOKENS)
+    VOCAB, NPOOL, W = tl.load(s32 + H_VOCAB_SIZE), tl.load(s32 + H_NUM_POOL), tl.load(s32 + H_FIM_WIDTH)
+    FSTRIDE = tl.load(s32 + H_FIM_STRIDE).to(tl.int64)
+    TS0, TS1 = tl.load(s32 + H_TABLE_STRIDE0).to(tl.int64), tl.load(s32 + H_TABLE_STRIDE1).to(tl.int64)
+    TROWS, TCOLS, PAGE = tl.load(s32 + H_TABLE_ROWS), tl.load(s32 + H_TABLE_COLS), tl.load(s32 + H_PAGE_SIZE)
+    DUMMY, PAD_ID = tl.load(s32 + H_DUMMY_KV_SLOT), tl.load(s32 + H_PAD_TOKEN_ID)
+    pad_sw = tl.load(s32 + H_STATE_WRITE_PAD).to(tl.int64)
+    BROWS = tl.load(s32 + H_TABLE_BATCH_ORDER) != 0
+    O_IDS, O_SHIFT, O_ILEN = tl.load(s32 + H_O_INPUT_IDS), tl.load(s32 + H_O_SHIFTED), tl.load(s32 + H_O_INPUT_LENGTHS)
+    O_LOC, O_SEQ, O_POS = tl.load(s32 + H_O_OUT_CACHE_LOC), tl.load(s32 + H_O_SEQ_LENS), tl.load(s32 + H_O_POSITIONS)
+    O_EPRE, O_ESEQ, O_MROPE = tl.load(s32 + H_O_EXTEND_PREFIX), tl.load(s32 + H_O_EXTEND_SEQ), tl.load(s32 + H_O_MROPE)
+    O_RPOOL, O_SW, O_FORCE = tl.load(s32 + H_O_REQ_POOL), tl.load(s32 + H_O_STATE_WRITE), tl.load(s32 + H_O_FORCE)
+    S_POOL, S_OVR, S_MAMBA = tl.load(s32 + H_S_POOL), tl.load(s32 + H_S_OVERRIDE), tl.load(s32 + H_S_MAMBA)
+    S_LEN, S_EPRE, S_IDS = tl.load(s32 + H_S_LENGTHS), tl.load(s32 + H_S_EXTEND_PREFIX), tl.load(s32 + H_S_IDS)
+    S_CSTART = tl.load(s32 + H_S_CACHE_START)
+    # ---- the four parts ----
+    pid, G = tl.program_id(0), tl.num_programs(0)
+    rows = pid * 64 + tl.arange(0, 64)                    # this program's requests: every buffer row they own
+    pool64, ok, cache = _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
+                                      S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ)
+    live, in_bs = rows < B, rows < MAX_BS
+    _mamba_rows(s32, rows, live, in_bs, has_md, has_mb, MAX_BS, S_MAMBA, H_O_MAMBA0)
+    _decode_rows(s32, s64, s8, fim_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, live & (rows >= E), in_bs,
+                 has_ovr, E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
+                 S_OVR, O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC, WP)
+    _token_tiles(s32, s64, pid, G, P, T, MAX_TOK, VOCAB, PAD_ID, DUMMY, S_IDS, shifted_at,
+                 O_IDS, O_SHIFT, O_POS, O_LOC, O_MROPE)
 
 # %% ../nbs/03_fused_decode.ipynb #47852215
 class FusedDecodeStep:
