@@ -211,9 +211,7 @@ class FlatHostMirror:
 
 # %% ../nbs/06_host_mirror.ipynb #06b1ef73
 def _transport_class(name: str) -> type[Transport]:
-    if name not in TRANSPORTS:                       # the GPU transports live in 07_host_transport: load them
-        from tokenspeed_lit import host_transport
-        for k, v in host_transport.TRANSPORTS.items(): TRANSPORTS.setdefault(k, v)
+    "The registered transport called `name`; a `ValueError` naming the registered ones for any other."
     if name not in TRANSPORTS:
         raise ValueError(f'transport must be one of {sorted(TRANSPORTS)}, got {name!r}')
     return TRANSPORTS[name]
