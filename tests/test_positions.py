@@ -289,7 +289,7 @@ def distinct_pool(data, b):
     return torch.tensor(data.draw(st.permutations(range(b + data.draw(st.integers(0, 4)))))[:b], dtype=torch.int64)
 
 
-@given(ragged_batches(max_batch=30, length=st.integers(0, 12)), st.integers(1, 3), st.sampled_from(['pool', 'batch']),
+@given(ragged_batches(max_batch=30, length=st.integers(0, 12)), st.integers(1, 4), st.sampled_from(['pool', 'batch']),
        st.data())
 def test_groups_equal_one_call_per_group(batch, G, order, data):
     "One launch writes what G single-group calls write (full tables and rings), inside guarded outputs."
@@ -410,9 +410,9 @@ def test_hole_policy_on_every_path(name, call, order):
      'sliding_widths[0] must be an integer in [1, 2], got 3'),
     (lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2)], 4),
      'page_sizes must be a list or tuple'),
-    (lambda: compute_out_cache_loc_groups([_i(0, 0)] * 9, _i(1), _i(2), _i(0), [_t(1, 2)] * 9, [4] * 9),
-     'req_to_pages must hold 1 to 8 tables, got 9'),
-    (lambda: compute_out_cache_loc_groups([], _i(1), _i(2), _i(0), [], []), 'req_to_pages must hold 1 to 8 tables'),
+    (lambda: compute_out_cache_loc_groups([_i(0, 0)] * 5, _i(1), _i(2), _i(0), [_t(1, 2)] * 5, [4] * 5),
+     'req_to_pages must hold 1 to 4 tables, got 5'),
+    (lambda: compute_out_cache_loc_groups([], _i(1), _i(2), _i(0), [], []), 'req_to_pages must hold 1 to 4 tables'),
     (lambda: compute_out_cache_loc_groups([_i(0, 0), _i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2), _t(1, 2)], [4, 4],
                                           dummy_slot=2**40), 'dummy_slot must be an integer in'),
     (lambda: compute_out_cache_loc_groups([_i(0, 0)], _i(1), _i(2), _i(0), [_t(1, 2)], [4], table_order='batch',

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from .core import (check_int_tensor, check_capacity, check_positive, check_int,
                                  check_out, check_vectors, device_checks_enabled, check_values, check_unique,
-                                 check_same_len, FastLaunch, InputTypeError, to_device_async)
+                                 check_same_len, FastLaunch, InputTypeError)
 import triton
 import triton.language as tl
 
@@ -363,31 +363,21 @@ def compute_out_cache_loc_sliding(out_cache_loc: torch.Tensor, req_pool_indices:
                            page_size, dummy_slot, True, table_order)
 
 # %% ../nbs/01_positions.ipynb #f44fcea4
-_MAX_GROUPS = 8
-_META_COLS = 6                 # per group: stride_row, stride_col, num_rows, width, page_size, ring (0: a full table)
-
-@triton.jit
-def _group_slot(table_ptr, meta_ptr, row, pos, dummy, live):
-    "KV slot of `pos` in `row` of one group's table; the table's shape and rule are the 6 int64 at `meta_ptr`."
-    stride_row, stride_col = tl.load(meta_ptr), tl.load(meta_ptr + 1)
-    num_rows, width = tl.load(meta_ptr + 2), tl.load(meta_ptr + 3)
-    page_size, ring = tl.load(meta_ptr + 4), tl.load(meta_ptr + 5)
-    lap = (pos // page_size % tl.maximum(ring, 1)) * page_size + pos % page_size   # the ring's first lap
-    pos = tl.where((ring > 0) & (pos >= 0), lap, pos)
-    width = tl.where(ring > 0, ring, width)
-    return kv_slot(table_ptr, stride_row, stride_col, num_rows, width, row, pos, page_size, dummy, live, False)
+_MAX_GROUPS = 4                # groups one launch takes: each is 7 kernel arguments (a hybrid model keeps 1 to 3)
 
 # %% ../nbs/01_positions.ipynb #ebed9126
-@triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy'])
+@triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy',
+                               *(f'{n}{g}' for g in range(4) for n in ('sr', 'sc', 'rows', 'width', 'ps'))])
 def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each request (negative: 0)
                    cache_start_ptr,   # int [batch]: cache position of each request's first token
                    pool_ptr,          # int [batch]: pool row of each request (pool order)
-                   tables,            # tuple of G int32/int64 [num_rows_g, width_g]: each group's page table
-                   locs,              # tuple of G int32/int64 [total_tokens]: each group's KV slots out
-                   meta_ptr,          # int64 [G, 6]: each group's strides, shape, page size and ring (_META_COLS)
                    batch, total_tokens, dummy,
-                   G: tl.constexpr, BATCH_ROWS: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
-                   CHUNK: tl.constexpr):
+                   # group g (g < G): table int32/int64 [rows_g, >= width_g] with strides (sr_g, sc_g), its KV
+                   # slots out (int32/int64 [total_tokens]), its width (a ring: the ring's columns) and page size
+                   table0, out0, sr0, sc0, rows0, width0, ps0, table1, out1, sr1, sc1, rows1, width1, ps1,
+                   table2, out2, sr2, sc2, rows2, width2, ps2, table3, out3, sr3, sc3, rows3, width3, ps3,
+                   G: tl.constexpr, RINGS: tl.constexpr, BATCH_ROWS: tl.constexpr, R: tl.constexpr,
+                   C: tl.constexpr, CHUNK: tl.constexpr):
     split, nsplit = tl.program_id(1), tl.num_programs(1)
     r, req, live, starts, first, end, stop = _block_layout(lens_ptr, batch, total_tokens, R, CHUNK)
     loc_delta = tl.load(cache_start_ptr + req, mask=live, other=0).to(tl.int64) - starts
@@ -396,23 +386,21 @@ def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each requ
         tok = t0 + tl.arange(0, C)
         m = tok < stop
         hot = _owner_onehot(tok, starts, live, r)          # the layout, once for every group
-        lpos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
-        lrow = tl.sum(tl.where(hot, rows[None, :], 0), axis=1)
-        for g in tl.static_range(G):
-            slot = _group_slot(tables[g], meta_ptr + g * 6, lrow, lpos, dummy, m & (tok < end))
-            tl.store(locs[g] + tok, slot, mask=m)
+        pos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
+        row = tl.sum(tl.where(hot, rows[None, :], 0), axis=1)
+        ok = m & (tok < end)
+        tl.store(out0 + tok, kv_slot(table0, sr0, sc0, rows0, width0, row, pos, ps0, dummy, ok, RINGS & 1), mask=m)
+        if G > 1:
+            tl.store(out1 + tok, kv_slot(table1, sr1, sc1, rows1, width1, row, pos, ps1, dummy, ok, RINGS >> 1 & 1),
+                     mask=m)
+        if G > 2:
+            tl.store(out2 + tok, kv_slot(table2, sr2, sc2, rows2, width2, row, pos, ps2, dummy, ok, RINGS >> 2 & 1),
+                     mask=m)
+        if G > 3:
+            tl.store(out3 + tok, kv_slot(table3, sr3, sc3, rows3, width3, row, pos, ps3, dummy, ok, RINGS >> 3 & 1),
+                     mask=m)
 
 _groups = FastLaunch(_groups_kernel)
-
-# %% ../nbs/01_positions.ipynb #e34252b6
-_GROUP_META: dict = {}
-
-def _group_meta(values: tuple, device) -> torch.Tensor:
-    "The groups' int64 `[G, 6]` metadata on `device`, made once per distinct configuration and kept (graphs read it)."
-    meta = _GROUP_META.get((values, device))
-    if meta is None:
-        meta = _GROUP_META[values, device] = to_device_async(torch.tensor(values, dtype=torch.int64), device)
-    return meta
 
 # %% ../nbs/01_positions.ipynb #0317c6c9
 def _seq(name: str, v) -> list:
@@ -453,11 +441,13 @@ def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor,
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=min(t.shape[0] for t in tables))
     if batch and total:
-        meta = _group_meta(tuple(v for t, p, w in zip(tables, sizes, rings) for v in (*t.stride(), *t.shape, p, w)),
-                           tables[0].device)
+        group_args = []
+        for t, o, p, w in zip(tables, outs, sizes, rings):
+            group_args += [t, o, *t.stride(), t.shape[0], w or t.shape[1], p]
+        group_args += group_args[:7] * (_MAX_GROUPS - len(tables))   # unused slots: never read (G is a constexpr)
         _groups(_ragged_grid(batch, total), input_lengths.contiguous(), cache_start.contiguous(),
-                req_pool_indices.contiguous(), tuple(tables), tuple(outs), meta, batch, total, dummy,
-                G=len(tables), BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
+                req_pool_indices.contiguous(), batch, total, dummy, *group_args, G=len(tables),
+                RINGS=sum(1 << g for g, w in enumerate(rings) if w), BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
     elif total:
         for o in outs: o.fill_(dummy)                        # no request: all padding
     return outs
