@@ -14,10 +14,10 @@ from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_eve
                                  record_event, wait_event, use_stream, copy_to)
 
 # %% auto #0
-__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'Stamp', 'forward_unit',
-           'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'launch_cost_beside',
-           'bench_host_interference', 'bench_layerwise', 'host_tier_goals', 'engine_compute_positions',
-           'EngineInputBuffers', 'bench_host_overhead', 'bench_staging_contracts']
+__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'plot_lines', 'Stamp',
+           'forward_unit', 'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer',
+           'launch_cost_beside', 'bench_host_interference', 'bench_layerwise', 'host_tier_goals',
+           'engine_compute_positions', 'EngineInputBuffers', 'bench_host_overhead', 'bench_staging_contracts']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -154,6 +154,21 @@ def save(self: Table, path):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(dict(title=self.title, env=self.env, rows=self.rows), indent=1))
     return path
+
+# %% ../nbs/90_benchmarking.ipynb #61d72680
+def plot_lines(ax, rows, x: str, y: str, by: str | None = None, label: str | None = None, goal: float | None = None,
+               xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, logy: bool = True):
+    "On `ax`: `y` against `x` (log 2), one line per distinct `row[by]` (or one line, `label`); `goal` as a dotted line."
+    for name in (dict.fromkeys(r[by] for r in rows) if by else [label]):
+        rs = [r for r in rows if by is None or r[by] == name]
+        ax.plot([r[x] for r in rs], [r[y] for r in rs], marker='o', label=name)
+    if goal is not None: ax.axhline(goal, ls=':', c='gray', lw=0.8)
+    ax.set_xscale('log', base=2)
+    if logy: ax.set_yscale('log')
+    ax.set_xlabel(xlabel or x); ax.set_ylabel(ylabel or y); ax.grid(True, which='both', alpha=0.3)
+    if title: ax.set_title(title, fontsize=8)
+    if by or label: ax.legend(fontsize=7)
+    return ax
 
 # %% ../nbs/90_benchmarking.ipynb #17b9607e
 class Stamp:
