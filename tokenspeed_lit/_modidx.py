@@ -623,4 +623,6 @@ d = { 'settings': { 'branch': 'main',
                                                                                        'tokenspeed_lit/positions.py'),
                                           'tokenspeed_lit.positions.kv_slot': ('positions.html#kv_slot', 'tokenspeed_lit/positions.py'),
                                           'tokenspeed_lit.positions.kv_slot_ref': ( 'positions.html#kv_slot_ref',
-                                                                                    'tokenspeed_lit/positions.py')}}}
+                                                                                    'tokenspeed_lit/positions.py'),
+                                          'tokenspeed_lit.positions.launch_positions_and_slots': ( 'positions.html#launch_positions_and_slots',
+                                                                                                   'tokenspeed_lit/positions.py')}}}

@@ -13,8 +13,9 @@ import triton.language as tl
 
 # %% auto #0
 __all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref',
-           'is_batch_order', 'compute_out_cache_loc', 'compute_positions_and_slots', 'compute_out_cache_loc_uniform',
-           'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
+           'is_batch_order', 'compute_out_cache_loc', 'launch_positions_and_slots', 'compute_positions_and_slots',
+           'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups',
+           'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -273,6 +274,20 @@ def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.T
     elif total: out_cache_loc.fill_(dummy_slot)          # no request: all padding
     return out_cache_loc
 
+# %% ../nbs/01_positions.ipynb #57442614
+def launch_positions_and_slots(positions, out_cache_loc, extend_start_loc, extend_prefix_lens, extend_seq_lens,
+                               cache_start, req_pool_indices, req_to_page, page_size: int, batch: int,
+                               total_tokens: int, dummy_slot: int = 0, by_batch: bool = False):
+    "The launch of `compute_positions_and_slots`, no checks: for a caller that owns every (contiguous) buffer."
+    if batch and total_tokens:
+        _positions_slots(_ragged_grid(batch, total_tokens), extend_seq_lens, extend_prefix_lens, positions,
+                         extend_start_loc, cache_start, req_pool_indices, req_to_page, out_cache_loc, batch,
+                         total_tokens, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
+                         BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
+    elif total_tokens:                                   # no request: all padding
+        positions[:total_tokens].zero_(); out_cache_loc[:total_tokens].fill_(dummy_slot)
+    elif batch: extend_start_loc[:batch].zero_()         # no token: every request starts at 0
+
 # %% ../nbs/01_positions.ipynb #f854b028
 def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Tensor, extend_prefix_lens: torch.Tensor,
                                 extend_seq_lens: torch.Tensor, cache_start: torch.Tensor, req_pool_indices: torch.Tensor,
@@ -293,14 +308,9 @@ def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Te
                                                      prefix=('extend_prefix_lens', extend_prefix_lens),
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=req_to_page.shape[0])
-    if batch and T:
-        _positions_slots(_ragged_grid(batch, T), extend_seq_lens.contiguous(),
-                         extend_prefix_lens.contiguous(), positions, extend_start_loc, cache_start.contiguous(),
-                         req_pool_indices.contiguous(), req_to_page, out_cache_loc, batch, T, *req_to_page.stride(),
-                         *req_to_page.shape, page_size, dummy_slot, BATCH_ROWS=by_batch, R=_R, C=_C,
-                         CHUNK=_CHUNK)
-    elif T: positions[:T].zero_(); out_cache_loc[:T].fill_(dummy_slot)      # no request: all padding
-    elif batch: extend_start_loc[:batch].zero_()                            # no token: every request starts at 0
+    launch_positions_and_slots(positions, out_cache_loc, extend_start_loc, extend_prefix_lens.contiguous(),
+                               extend_seq_lens.contiguous(), cache_start.contiguous(), req_pool_indices.contiguous(),
+                               req_to_page, page_size, batch, T, dummy_slot, by_batch)
     return positions[:T], out_cache_loc[:T], extend_start_loc[:batch]
 
 # %% ../nbs/01_positions.ipynb #8b023dda
