@@ -447,7 +447,7 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
     "Write the ints `values` (a list, or an integer numpy array: one vectorised copy) at offset `section` of slot `slot`."
     n = len(values)
     if isinstance(values, np.ndarray):
-        if n and (int(values.min()) < -2**31 or int(values.max()) >= 2**31):
+        if n and values.dtype not in _INT32_SAFE and (int(values.min()) < -2**31 or int(values.max()) >= 2**31):
             raise ValueError(f'{name} must hold int32 integers, got {int(values.min())}..{int(values.max())}')
         self._np[slot][section:section + n] = values
         return
@@ -456,6 +456,7 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
     try: st.pack_into(self._np[slot], 4 * section, *values)
     except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
 
+_INT32_SAFE = tuple(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.int8, np.uint8))   # no range check
 _ROW_IDS = np.arange(2**16, dtype=np.int32)     # request indices for the duplicate check (max_bs is far below)
 
 # %% ../nbs/03_fused_decode.ipynb #0a1e9284
