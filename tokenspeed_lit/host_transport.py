@@ -114,7 +114,7 @@ class _Slot:
         self.done = new_event(device, external=True)
         self.calls = {}      # (to_host, fence groups or None) -> (captured call, per-tensor events)
 
-# %% ../nbs/07_host_transport.ipynb #57ed251a
+# %% ../nbs/07_host_transport.ipynb #9b91c3d1
 class ZeroCopyTransport(Transport):
     "Triton launches reading/writing the pinned host pages directly over PCIe (no DMA copies), replayed as one graph."
     name, default_fence_groups = 'zero_copy', 8
@@ -127,65 +127,75 @@ class ZeroCopyTransport(Transport):
         self.copier = _PageCopier(mirror, mirror.host_pages)
         self.set_pairs_per_call(self.pairs_per_call)
 
-    def set_pairs_per_call(self, pairs: int):
-        "Size the ring's slots to `pairs` pairs (larger calls run in chunks); starts a new ring of two slots."
-        synchronize(self.mirror.device)             # no queued call may still read the slots being dropped
-        self.pairs_per_call = check_positive('pairs', pairs)
-        self._slots, self._next = [_Slot(pairs, self.mirror.device) for _ in range(2)], 0
-
-    def _acquire(self) -> _Slot:
-        "The next slot whose last call has finished; grows the ring rather than wait, up to `max_slots`."
-        i = self._next
-        slot = self._slots[i]
-        if not slot.done.query() and len(self._slots) < self.max_slots:
-            slot = _Slot(self.pairs_per_call, self.mirror.device)
-            self._slots.insert(i, slot)
-        slot.done.synchronize()
-        self._next = (i + 1) % len(self._slots)
-        return slot
-
-    def _capture(self, slot: _Slot, to_host: bool, groups, events: bool):
-        "Capture one call over `slot`: the ids copy, per group a launch (and its event), the slot's event."
-        dev = self.mirror.device
-        evs = [new_event(dev, external=True) for _ in groups] if events else []
-        def issue():
-            copy_to(slot.dev, slot.host)
-            for gi, group in enumerate(groups):
-                self.copier.launch(slot.dev, group, to_block=to_host)
-                if events: evs[gi].record()
-            slot.done.record()
-        _pack_ids(slot.ids, np.empty((0, 2), np.int64))   # the capture's warm-up runs an empty call: nothing moves
-        call = capture(issue, dev)
-        synchronize(dev)                # the warm-up copies read the slot: finish them before it is packed
-        per_tensor = [None] * len(self.mirror.tensor_pairs)
-        for ev, group in zip(evs, groups):
-            for t in group: per_tensor[t] = ev
-        return call, per_tensor
-
-    def move(self, pages, to_host, groups, events, stream, on_group=None):   # events: all at the call's end
-        if not len(pages): return super().move(pages, to_host, groups, events, stream)
-        key, cap = (to_host, tuple(groups) if events else None), self.pairs_per_call
-        with use_stream(stream):
-            for c0 in range(0, len(pages), cap):
-                slot = self._acquire()
-                call = slot.calls.get(key)
-                if call is None: call = slot.calls[key] = self._capture(slot, to_host, groups, events)
-                _pack_ids(slot.ids, pages[c0:c0 + cap])
-                call[0].replay()
-        return list(call[1]) if events else None
-
-    def warmup(self):
-        "Grow the ring to `max_slots` and capture every slot's graphs (store, load, load with the current fences)."
-        while len(self._slots) < self.max_slots: self._slots.append(_Slot(self.pairs_per_call, self.mirror.device))
-        m = self.mirror
-        for slot in self._slots:
-            for to_host, groups, events in ((True, [m.issue_order], False), (False, [m.issue_order], False),
-                                            (False, m._groups, True)):
-                key = (to_host, tuple(groups) if events else None)
-                if key not in slot.calls: slot.calls[key] = self._capture(slot, to_host, groups, events)
-        return self
-
 TRANSPORTS['zero_copy'] = ZeroCopyTransport
+
+# %% ../nbs/07_host_transport.ipynb #f2d90b3f
+@patch
+def set_pairs_per_call(self: ZeroCopyTransport, pairs: int):
+    "Size the ring's slots to `pairs` pairs (larger calls run in chunks); starts a new ring of two slots."
+    synchronize(self.mirror.device)             # no queued call may still read the slots being dropped
+    self.pairs_per_call = check_positive('pairs', pairs)
+    self._slots, self._next = [_Slot(pairs, self.mirror.device) for _ in range(2)], 0
+
+# %% ../nbs/07_host_transport.ipynb #91949ffd
+@patch
+def _acquire(self: ZeroCopyTransport) -> _Slot:
+    "The next slot whose last call has finished; grows the ring rather than wait, up to `max_slots`."
+    i = self._next
+    slot = self._slots[i]
+    if not slot.done.query() and len(self._slots) < self.max_slots:
+        slot = _Slot(self.pairs_per_call, self.mirror.device)
+        self._slots.insert(i, slot)
+    slot.done.synchronize()
+    self._next = (i + 1) % len(self._slots)
+    return slot
+
+# %% ../nbs/07_host_transport.ipynb #6606b1eb
+@patch
+def _capture(self: ZeroCopyTransport, slot: _Slot, to_host: bool, groups, events: bool):
+    "Capture one call over `slot`: the ids copy, per group a launch (and its event), the slot's event."
+    dev = self.mirror.device
+    evs = [new_event(dev, external=True) for _ in groups] if events else []
+    def issue():
+        copy_to(slot.dev, slot.host)
+        for gi, group in enumerate(groups):
+            self.copier.launch(slot.dev, group, to_block=to_host)
+            if events: evs[gi].record()
+        slot.done.record()
+    _pack_ids(slot.ids, np.empty((0, 2), np.int64))   # the capture's warm-up runs an empty call: nothing moves
+    call = capture(issue, dev)
+    synchronize(dev)                # the warm-up copies read the slot: finish them before it is packed
+    per_tensor = [None] * len(self.mirror.tensor_pairs)
+    for ev, group in zip(evs, groups):
+        for t in group: per_tensor[t] = ev
+    return call, per_tensor
+
+# %% ../nbs/07_host_transport.ipynb #b0d59b13
+@patch
+def move(self: ZeroCopyTransport, pages, to_host, groups, events, stream, on_group=None):   # events: all at the call's end
+    if not len(pages): return Transport.move(self, pages, to_host, groups, events, stream)
+    key, cap = (to_host, tuple(groups) if events else None), self.pairs_per_call
+    with use_stream(stream):
+        for c0 in range(0, len(pages), cap):
+            slot = self._acquire()
+            call = slot.calls.get(key)
+            if call is None: call = slot.calls[key] = self._capture(slot, to_host, groups, events)
+            _pack_ids(slot.ids, pages[c0:c0 + cap])
+            call[0].replay()
+    return list(call[1]) if events else None
+
+# %% ../nbs/07_host_transport.ipynb #8650a305
+@patch
+def warmup(self: ZeroCopyTransport):
+    "Grow the ring to `max_slots` and capture every slot's graphs (store, load, load with the current fences)."
+    while len(self._slots) < self.max_slots: self._slots.append(_Slot(self.pairs_per_call, self.mirror.device))
+    m = self.mirror
+    for slot in self._slots:
+        for to_host, groups, events in ((True, [m.issue_order], False), (False, [m.issue_order], False),
+                                        (False, m._groups, True)):
+            key = (to_host, tuple(groups) if events else None)
+            if key not in slot.calls: slot.calls[key] = self._capture(slot, to_host, groups, events)
+    return self
 
 # %% ../nbs/07_host_transport.ipynb #4d625377
 @triton.jit(do_not_specialize=['size'])
