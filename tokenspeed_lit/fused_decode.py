@@ -311,7 +311,7 @@ def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the in
 
 # %% ../nbs/03_fused_decode.ipynb #47852215
 class FusedDecodeStep:
-    "A decode step's inputs from one host-to-device staging copy and one kernel, over the buffers of a `PaddedBuffers`."
+    "A decode step's inputs from one host-to-device staging copy and one kernel, into the `PaddedBuffers` it owns."
     def __init__(self, buffers: PaddedBuffers, page_size: int):
         self.buffers, self.page_size = buffers, check_positive('page_size', page_size)
         self.max_bs, self.max_num_tokens, self.device = buffers.max_bs, buffers.max_num_tokens, buffers.device
@@ -356,7 +356,7 @@ class FusedDecodeStep:
     @classmethod
     def create(cls, max_bs: int, max_num_tokens: int, page_size: int, dummy_kv_slot: int = 0,
                state_write_padding_pool_index: int = 0, device=None, has_mamba: bool = False):
-        "Padded buffers with room for the staging, and a step over them."
+        "New padded buffers with room for the staging, and a step that owns them."
         bufs = PaddedBuffers(max_bs, max_num_tokens, dummy_kv_slot, state_write_padding_pool_index, device, has_mamba,
                              scratch=cls.scratch_size(max_bs, max_num_tokens))
         return cls(bufs, page_size)

@@ -5,13 +5,14 @@
 # %% ../nbs/04_input_buffers.ipynb #aa4fd509
 from __future__ import annotations
 from dataclasses import dataclass, field
+from operator import attrgetter
 import numpy as np
 import torch
 from fastcore.basics import patch
 from .core import (as_device, check_positive, check_int, int_list, int_seq, InputTypeError,
                                  device_checks_enabled)
 from .positions import compute_positions_and_slots
-from .padding import PAD_TOKEN_ID, PaddedBuffers
+from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep
 
 # %% auto #0
@@ -56,15 +57,57 @@ class RuntimeStates:
         return f'RuntimeStates({n} pool rows, output_length={w}, vocab_size={self.vocab_size})'
 
 # %% ../nbs/04_input_buffers.ipynb #b437f55b
-class InputBuffers(PaddedBuffers):
-    "The persistent model inputs of a captured forward, filled one scheduler step at a time."
+class InputBuffers:
+    "The persistent model inputs of a captured forward, filled one scheduler step at a time by the step it owns."
     def __init__(self, max_bs: int, max_num_tokens: int, page_size: int, dummy_kv_slot: int,
                  state_write_padding_pool_index: int, device=None, has_mamba: bool = False):
-        super().__init__(max_bs, max_num_tokens, dummy_kv_slot, state_write_padding_pool_index, device, has_mamba,
-                         scratch=FusedDecodeStep.scratch_size(max_bs, max_num_tokens))
-        self.page_size = check_positive('page_size', page_size)
+        self.step = FusedDecodeStep.create(max_bs, max_num_tokens, page_size, dummy_kv_slot,
+                                           state_write_padding_pool_index, device, has_mamba)
         self.all_extends_mid_chunk = False
-        self.step = FusedDecodeStep(self, page_size)
+
+    @property
+    def padded(self) -> PaddedBuffers:
+        "The buffers: the step's `PaddedBuffers` (the step owns them)."
+        return self.step.buffers
+
+    @property
+    def page_size(self) -> int:
+        "Tokens per KV page: the step's."
+        return self.step.page_size
+
+    def buffers(self) -> dict:
+        "Buffer name -> tensor, in allocation order."
+        return self.step.buffers.buffers()
+
+    def fill_padding_(self):
+        "Set every element of every buffer to its padding value."
+        self.step.buffers.fill_padding_()
+        return self
+
+    def poison_(self, value: int = -77):
+        "For tests: every buffer (bools: True) and the staging area to `value` (`PaddedBuffers.poison_`)."
+        self.step.buffers.poison_(value)
+        return self
+
+    def reset_tail_(self, batch_size: int, total_tokens: int, num_extends: int = 0):
+        "The per-step rule in plain torch: everything past the step's tokens, rows and prefill rows back to padding."
+        self.step.buffers.reset_tail_(batch_size, total_tokens, num_extends)
+        return self
+
+    def snapshot(self) -> dict:
+        "A copy of every buffer (for references and tests)."
+        return self.step.buffers.snapshot()
+
+    def __repr__(self): return f'InputBuffers(page_size={self.page_size}, {self.step.buffers!r})'
+
+# %% ../nbs/04_input_buffers.ipynb #c51a1860
+_PADDED_ATTRS = ('max_bs', 'max_num_tokens', 'device', 'has_mamba', 'dummy_kv_slot', 'state_write_padding_pool_index',
+                 'rules', 'values', 'slab', 'scratch', 'offsets') + tuple(r.name for r in PADDING)
+
+for _name in _PADDED_ATTRS:      # read-only: `step.buffers.<name>`, both links followed by attrgetter, in C
+    setattr(InputBuffers, _name, property(attrgetter(f'step.buffers.{_name}'),
+                                          doc=f"`{_name}` of the step's `PaddedBuffers`."))
+del _name
 
 # %% ../nbs/04_input_buffers.ipynb #1f7b3013
 _MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
@@ -73,7 +116,7 @@ _MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching
 def _mamba_lists(self: InputBuffers, op, batch):
     "The op's four Mamba index lists as lists (checked), or None when it carries none."
     lists = [getattr(op, f, None) for f in _MAMBA_FIELDS]
-    if not self.has_mamba:
+    if not self.step.buffers.has_mamba:
         for f, m in zip(_MAMBA_FIELDS, lists):
             if m is not None and len(m):
                 raise ValueError(f'{f} given, but the buffers have no Mamba buffers (built with has_mamba=False)')
@@ -97,9 +140,10 @@ def _check_step(self: InputBuffers, op, total_tokens, width):
     if len(pools) != batch or len(lens) != batch:
         raise ValueError(f'per-request lists disagree: len(request_ids)={batch}, '
                          f'len(request_pool_indices)={len(pools)}, len(input_lengths)={len(lens)}')
-    if batch > self.max_bs: raise ValueError(f'batch of {batch} requests is larger than max_bs={self.max_bs}')
-    if not 0 <= check_int('total_tokens', total_tokens) <= self.max_num_tokens:
-        raise ValueError(f'total_tokens={total_tokens} must be an integer in [0, max_num_tokens={self.max_num_tokens}]')
+    step = self.step
+    if batch > step.max_bs: raise ValueError(f'batch of {batch} requests is larger than max_bs={step.max_bs}')
+    if not 0 <= check_int('total_tokens', total_tokens) <= step.max_num_tokens:
+        raise ValueError(f'total_tokens={total_tokens} must be an integer in [0, max_num_tokens={step.max_num_tokens}]')
     num_extends = op.num_extends()
     if num_extends > batch: raise ValueError(f'{num_extends} extend rows (extend_prefix_lens) in a batch of {batch} requests')
     if num_extends == 0:
@@ -135,7 +179,8 @@ def _fill_decode(self: InputBuffers, op, batch, width, pools):
 # %% ../nbs/04_input_buffers.ipynb #10fa7048
 @patch
 def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width, req_to_page, pools, lens, table_order):
-    step, layout = self.step, self.step.layout
+    step = self.step
+    layout, bufs = step.layout, step.buffers
     prefill = sum(lens[:num_extends])
     prefix, full = int_list('extend_prefix_lens', op.extend_prefix_lens), int_list('prefill_lengths', op.prefill_lengths)
     ids, shifted = int_seq('input_ids', op.input_ids), int_seq('shifted_input_ids', op.shifted_input_ids)
@@ -152,12 +197,12 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     if overrides is not None and overrides.count(-1) == len(overrides): overrides = None
     step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill:                       # the prefill rows' positions and KV slots: one launch for both
-        stage = self.scratch
+        stage = bufs.scratch
         ne = num_extends
-        compute_positions_and_slots(self.positions_buf, self.out_cache_loc_buf, stage[layout['extend_prefix']:][:ne],
+        compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, stage[layout['extend_prefix']:][:ne],
                                     stage[layout['lengths']:][:ne], stage[layout['cache_start']:][:ne],
-                                    self.req_pool_indices_buf[:ne], req_to_page, self.page_size, prefill,
-                                    self.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
+                                    bufs.req_pool_indices_buf[:ne], req_to_page, step.page_size, prefill,
+                                    bufs.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
     self.all_extends_mid_chunk = num_extends == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return overrides
 
