@@ -11,7 +11,7 @@ import torch
 from fastcore.basics import patch
 from .core import (as_device, check_positive, check_int, int_list, int_seq, InputTypeError,
                                  device_checks_enabled)
-from .positions import compute_positions_and_slots
+from .positions import compute_positions_and_slots, launch_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep
 
@@ -64,6 +64,10 @@ class InputBuffers:
         self.step = FusedDecodeStep.create(max_bs, max_num_tokens, page_size, dummy_kv_slot,
                                            state_write_padding_pool_index, device, has_mamba)
         self.all_extends_mid_chunk = False
+        bufs, lay = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
+        self._prefill_rows = (*(bufs.scratch[lay[k]:] for k in ('extend_prefix', 'lengths', 'cache_start')),
+                              bufs.req_pool_indices_buf)
+        self._prefill_starts = torch.empty(bufs.max_bs, dtype=torch.int32, device=bufs.device)
 
     @property
     def padded(self) -> PaddedBuffers:
@@ -196,13 +200,16 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
         raise ValueError(f'decode_input_ids has {len(overrides)} entries for {batch - num_extends} decode rows')
     if overrides is not None and overrides.count(-1) == len(overrides): overrides = None
     step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
-    if prefill:                       # the prefill rows' positions and KV slots: one launch for both
-        stage = bufs.scratch
-        ne = num_extends
+    if prefill and device_checks_enabled():      # debug mode: the checked call, which reads the staged values
+        stage, ne = bufs.scratch, num_extends
         compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, stage[layout['extend_prefix']:][:ne],
                                     stage[layout['lengths']:][:ne], stage[layout['cache_start']:][:ne],
                                     bufs.req_pool_indices_buf[:ne], req_to_page, step.page_size, prefill,
                                     bufs.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
+    elif prefill:                     # the prefill rows' positions and KV slots: one launch, over buffers we own
+        launch_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, self._prefill_starts,
+                                   *self._prefill_rows, req_to_page, step.page_size, num_extends, prefill,
+                                   bufs.dummy_kv_slot, table_order == 'batch')
     self.all_extends_mid_chunk = num_extends == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return overrides
 
