@@ -21,7 +21,7 @@ from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_dec
 # %% auto #0
 __all__ = ['PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA', 'PAD_POSITION',
            'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep', 'staging_layout',
-           'FusedDecodeStep', 'apply_overrides_ref', 'decode_step_ref']
+           'FusedDecodeStep', 'applied_overrides', 'apply_overrides_ref', 'decode_step_ref']
 
 # %% ../nbs/03_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
@@ -557,13 +557,19 @@ def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str
     check_values('valid_cache_lengths', vcl[torch.as_tensor(req_pool_indices, device=vcl.device)], lo=0,
                  index=req_pool_indices)
 
+# %% ../nbs/03_fused_decode.ipynb #56fec57c
+def applied_overrides(decode_input_ids: list | None) -> list | None:
+    "The decode rows' overrides a step applies: `None` when none are given or every entry is -1 (no row overridden)."
+    if decode_input_ids is None or decode_input_ids.count(-1) == len(decode_input_ids): return None
+    return decode_input_ids
+
 # %% ../nbs/03_fused_decode.ipynb #417a6a82
 @patch
 def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_input_length: int, decode_input_ids=None,
                 mamba=None, name: str = 'req_pool_indices'):
     "Pack a decode step into host slot `slot` (checking the pool indices); returns the overrides or `None`."
     B, L, lay = len(req_pool_indices), uniform_input_length, self.layout
-    if decode_input_ids is not None and decode_input_ids.count(-1) == len(decode_input_ids): decode_input_ids = None
+    decode_input_ids = applied_overrides(decode_input_ids)
     self.pack(slot, lay['pool'], req_pool_indices, name)
     self.check_pools(slot, B, name)
     if decode_input_ids is not None: self.pack(slot, lay['override'], decode_input_ids, 'decode_input_ids')

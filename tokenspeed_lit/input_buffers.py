@@ -13,7 +13,7 @@ from .core import (as_device, check_positive, check_int, int_list, int_seq, Inpu
                                  device_checks_enabled)
 from .positions import compute_positions_and_slots, launch_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
-from .fused_decode import FusedDecodeStep
+from .fused_decode import FusedDecodeStep, applied_overrides
 
 # %% auto #0
 __all__ = ['ForwardOp', 'RuntimeStates', 'InputBuffers', 'fill_input_buffers_ref']
@@ -198,7 +198,7 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     if overrides is not None: overrides = int_list('decode_input_ids', overrides)
     if overrides is not None and len(overrides) != batch - num_extends:
         raise ValueError(f'decode_input_ids has {len(overrides)} entries for {batch - num_extends} decode rows')
-    if overrides is not None and overrides.count(-1) == len(overrides): overrides = None
+    overrides = applied_overrides(overrides)
     step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill and device_checks_enabled():      # debug mode: the checked call, which reads the staged values
         stage, ne = bufs.scratch, num_extends
