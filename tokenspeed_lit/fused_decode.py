@@ -54,7 +54,7 @@ def _decode_prep_kernel(loc_ptr,      # int32/int64 [batch * L]: KV slots out
                         pos_ptr,      # int64 [batch * L]: positions out
                         seq_ptr,      # int32/int64 [batch]: sequence lengths out (cache + L)
                         pool_ptr,     # int [batch]: pool row of each request
-                        vcl_ptr,      # int [num_pool]: cached length of each pool row
+                        cache_len_ptr,  # int [num_pool]: cached length of each pool row
                         batch, L, num_pool,
                         table_ptr,    # int [num_rows, width]: page table, pool- or batch-ordered
                         stride_row, stride_col, num_rows, width, page_size, dummy,
@@ -63,7 +63,7 @@ def _decode_prep_kernel(loc_ptr,      # int32/int64 [batch * L]: KV slots out
     live = req < batch
     pool = tl.load(pool_ptr + req, mask=live, other=0).to(tl.int64)
     ok = live & (pool >= 0) & (pool < num_pool)
-    cache = tl.load(vcl_ptr + pool, mask=ok, other=0).to(tl.int64)       # read once per request
+    cache = tl.load(cache_len_ptr + pool, mask=ok, other=0).to(tl.int64)       # read once per request
     tl.store(seq_ptr + req, cache + L, mask=live)
     j = tl.arange(0, LP)
     m = live[:, None] & (j[None, :] < L)
@@ -179,7 +179,7 @@ PAD_MAMBA, PAD_POSITION = tl.constexpr(_PAD['mamba_pool_indices_buf']), tl.const
 
 # %% ../nbs/03_fused_decode.ipynb #5e391820
 @triton.jit
-def _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
+def _request_rows(s32, s64, cache_len_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
                   S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ):
     "Per-request buffers of `rows` (live, prefill, padding); returns each row's `(pool64, ok, cache)`."
     in_bs, live = rows < MAX_BS, rows < B
@@ -187,7 +187,7 @@ def _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, 
     pool = tl.load(s32 + S_POOL + rows, mask=live, other=0)
     ok = live & (pool >= 0) & (pool < NPOOL)   # the host checked; a bad row still reads nothing
     pool64 = pool.to(tl.int64)
-    cache = tl.load(vcl_ptr + pool64, mask=ok, other=0).to(tl.int64)
+    cache = tl.load(cache_len_ptr + pool64, mask=ok, other=0).to(tl.int64)
     ilen = tl.where(pf, tl.load(s32 + S_LEN + rows, mask=pf, other=0), L)
     tl.store(s64 + O_RPOOL + rows, tl.where(live, pool64, PAD_REQ_POOL), mask=in_bs)
     tl.store(s64 + O_SW + rows, tl.where(live, pool64, pad_sw), mask=in_bs)
@@ -202,31 +202,31 @@ def _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, 
 
 # %% ../nbs/03_fused_decode.ipynb #fd2c65bd
 @triton.jit
-def _mamba_rows(s32, rows, live, in_bs, has_md, has_mb, MAX_BS, S_MAMBA, O_MAMBA0):
+def _mamba_rows(s32, rows, live, in_bs, has_mamba_data, has_mamba_buffers, MAX_BS, S_MAMBA, O_MAMBA0):
     "The four Mamba index buffers of `rows`: the given indices for live rows, `PAD_MAMBA` for the rest."
     for k in tl.static_range(4):
-        mv = tl.load(s32 + S_MAMBA + k * MAX_BS + rows, mask=live & has_md, other=PAD_MAMBA)
-        tl.store(s32 + tl.load(s32 + O_MAMBA0 + k) + rows, mv, mask=in_bs & has_mb)
+        mv = tl.load(s32 + S_MAMBA + k * MAX_BS + rows, mask=live & has_mamba_data, other=PAD_MAMBA)
+        tl.store(s32 + tl.load(s32 + O_MAMBA0 + k) + rows, mv, mask=in_bs & has_mamba_buffers)
 
 # %% ../nbs/03_fused_decode.ipynb #762ba497
 @triton.jit
-def _decode_rows(s32, s64, s8, fim_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, dec, in_bs, has_ovr,
+def _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, dec, in_bs, has_override,
                  E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
                  S_OVR, O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC, WP: tl.constexpr):
     "Overrides, token ids, positions and KV slots of the decode rows among `rows`."
     d = rows - E                                         # index among the decode rows
     j = tl.arange(0, WP)[None, :]
-    ovr = tl.load(s32 + S_OVR + d, mask=dec & has_ovr, other=-1)
-    has = ok & dec & (ovr != -1)
+    override = tl.load(s32 + S_OVR + d, mask=dec & has_override, other=-1)
+    has = ok & dec & (override != -1)
     rdy = tl.load(ready_ptr + pool64, mask=has, other=0)
     force = has & (rdy == 0)                             # overridden without ready candidates
-    frow = fim_ptr + pool64[:, None] * FSTRIDE + j
+    frow = input_map_ptr + pool64[:, None] * FSTRIDE + j
     fmask = (ok & dec)[:, None] & (j < W)
     old = tl.load(frow, mask=fmask, other=1)
     put = has[:, None] & ((j == 0) | force[:, None])
-    new = tl.where(put, ovr[:, None], old)
+    new = tl.where(put, override[:, None], old)
     tl.store(frow, new, mask=fmask & put)                # the state keeps the raw override
-    tl.store(ready_ptr + pool64, tl.zeros_like(rdy), mask=ok & dec & has_ovr)
+    tl.store(ready_ptr + pool64, tl.zeros_like(rdy), mask=ok & dec & has_override)
     tl.store(s8 + O_FORCE + rows, force, mask=in_bs)
     tok = P + d[:, None] * L + j
     tmask = dec[:, None] & (j < L)
@@ -268,8 +268,8 @@ def _token_tiles(s32, s64, pid, G, P, T, MAX_TOK, VOCAB, PAD_ID, DUMMY, S_IDS, s
 def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the int32 buffers (offsets in the header)
                  s64,        # int64 [slab / 2]: the same slab as int64 (positions, mrope, pool indices)
                  s8,         # int8 [slab * 4]: the same slab as bytes (force_single_token_verify)
-                 vcl_ptr,    # int32 [num_pool]: valid_cache_lengths
-                 fim_ptr,    # int32 [num_pool, fim_stride]: future_input_map, rewritten in place by overrides
+                 cache_len_ptr,  # int32 [num_pool]: valid_cache_lengths
+                 input_map_ptr,  # int32 [num_pool, fim_stride]: future_input_map, rewritten in place by overrides
                  ready_ptr,  # bool [num_pool]: remote_spec_candidate_ready, cleared by overrides
                  table_ptr,  # int32/int64 [table_rows, table_cols]: req_to_page, pool- or batch-ordered
                  WP: tl.constexpr):   # the header's fim_width rounded up to a power of two
@@ -277,9 +277,9 @@ def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the in
     B, E, P = tl.load(s32 + H_BATCH), tl.load(s32 + H_NUM_EXTENDS), tl.load(s32 + H_PREFILL_TOKENS)
     L, T = tl.load(s32 + H_WIDTH), tl.load(s32 + H_TOTAL_TOKENS)
     zr = tl.zeros([64], dtype=tl.int32)        # flags as row vectors: masks combine them lane by lane
-    has_ovr = (zr + tl.load(s32 + H_HAS_OVERRIDE)) != 0
-    has_md = (zr + tl.load(s32 + H_HAS_MAMBA_DATA)) != 0
-    has_mb = (zr + tl.load(s32 + H_HAS_MAMBA_BUFFERS)) != 0
+    has_override = (zr + tl.load(s32 + H_HAS_OVERRIDE)) != 0
+    has_mamba_data = (zr + tl.load(s32 + H_HAS_MAMBA_DATA)) != 0
+    has_mamba_buffers = (zr + tl.load(s32 + H_HAS_MAMBA_BUFFERS)) != 0
     drows, dseq, shifted_at = tl.load(s32 + H_DUMMY_ROWS), tl.load(s32 + H_DUMMY_SEQ_LEN), tl.load(s32 + H_SHIFTED_AT)
     MAX_BS, MAX_TOK = tl.load(s32 + H_MAX_BS), tl.load(s32 + H_MAX_NUM_TOKENS)
     VOCAB, NPOOL, W = tl.load(s32 + H_VOCAB_SIZE), tl.load(s32 + H_NUM_POOL), tl.load(s32 + H_FIM_WIDTH)
@@ -299,12 +299,12 @@ def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the in
     # ---- the four parts ----
     pid, G = tl.program_id(0), tl.num_programs(0)
     rows = pid * 64 + tl.arange(0, 64)                    # this program's requests: every buffer row they own
-    pool64, ok, cache = _request_rows(s32, s64, vcl_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
+    pool64, ok, cache = _request_rows(s32, s64, cache_len_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
                                       S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ)
     live, in_bs = rows < B, rows < MAX_BS
-    _mamba_rows(s32, rows, live, in_bs, has_md, has_mb, MAX_BS, S_MAMBA, H_O_MAMBA0)
-    _decode_rows(s32, s64, s8, fim_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, live & (rows >= E), in_bs,
-                 has_ovr, E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
+    _mamba_rows(s32, rows, live, in_bs, has_mamba_data, has_mamba_buffers, MAX_BS, S_MAMBA, H_O_MAMBA0)
+    _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, live & (rows >= E), in_bs,
+                 has_override, E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
                  S_OVR, O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC, WP)
     _token_tiles(s32, s64, pid, G, P, T, MAX_TOK, VOCAB, PAD_ID, DUMMY, S_IDS, shifted_at,
                  O_IDS, O_SHIFT, O_POS, O_LOC, O_MROPE)
@@ -315,11 +315,11 @@ class FusedDecodeStep:
     def __init__(self, buffers: PaddedBuffers, page_size: int):
         self.buffers, self.page_size = buffers, check_positive('page_size', page_size)
         self.max_bs, self.max_num_tokens, self.device = buffers.max_bs, buffers.max_num_tokens, buffers.device
-        self.layout = lay = staging_layout(self.max_bs, self.max_num_tokens)
-        if buffers.scratch.numel() < lay['end']:
-            raise ValueError(f'buffers.scratch has {buffers.scratch.numel()} int32, the staging needs {lay["end"]}: '
+        self.layout = layout = staging_layout(self.max_bs, self.max_num_tokens)
+        if buffers.scratch.numel() < layout['end']:
+            raise ValueError(f'buffers.scratch has {buffers.scratch.numel()} int32, the staging needs {layout["end"]}: '
                              f'build them with scratch=FusedDecodeStep.scratch_size(max_bs, max_num_tokens)')
-        self._host = host_full((3, lay['end']), 0, torch.int32)      # pinned once: two ring slots + one for capture
+        self._host = host_full((3, layout['end']), 0, torch.int32)      # pinned once: two ring slots + one for capture
         self._np = [self._host[i].numpy() for i in range(3)]         # numpy views: struct packs into them
         self._u32 = [a.view('uint32') for a in self._np]             # negative pool indices read as huge: one range check
         self._events = [new_event(self.device, external=True) for _ in range(2)]   # recorded inside the slots' graphs
@@ -342,7 +342,7 @@ class FusedDecodeStep:
             o_mamba0=mamba[0], o_mamba1=mamba[1], o_mamba2=mamba[2], o_mamba3=mamba[3],
             o_positions=o['positions_buf'], o_mrope=o['mrope_positions_buf'], o_req_pool=o['req_pool_indices_buf'],
             o_state_write=o['state_write_req_pool_indices_buf'], o_force=o['force_single_token_verify_buf'],
-            **{f's_{k}': v for k, v in lay.items() if k != 'end'}))
+            **{f's_{k}': v for k, v in layout.items() if k != 'end'}))
         self.bound = False
         # unbound, the step can still run a dummy decode (no row reads the state): bind tiny placeholders
         z = lambda *s, dt=torch.int32: torch.zeros(s, dtype=dt, device=self.device)
@@ -375,14 +375,14 @@ def _write_static(self: FusedDecodeStep, fields: dict):
 
 # %% ../nbs/03_fused_decode.ipynb #9d471eb6
 @patch
-def _bind(self: FusedDecodeStep, vcl, fim, ready, vocab_size, table, by_batch: bool = False):
-    self._write_static(dict(vocab_size=vocab_size, num_pool=vcl.numel(), fim_stride=fim.stride(0),
-                            fim_width=fim.shape[1], table_stride0=table.stride(0), table_stride1=table.stride(1),
+def _bind(self: FusedDecodeStep, cache_lengths, input_map, ready, vocab_size, table, by_batch: bool = False):
+    self._write_static(dict(vocab_size=vocab_size, num_pool=cache_lengths.numel(), fim_stride=input_map.stride(0),
+                            fim_width=input_map.shape[1], table_stride0=table.stride(0), table_stride1=table.stride(1),
                             table_rows=table.shape[0], table_cols=table.shape[1], table_batch_order=int(by_batch)))
-    self._state = (vcl, fim, ready, table, vocab_size, by_batch)
-    self.num_pool, self.width = vcl.numel(), fim.shape[1]
+    self._state = (cache_lengths, input_map, ready, table, vocab_size, by_batch)
+    self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
     self._seen = np.zeros(self.num_pool, dtype=np.int32)   # scratch of the duplicate check: one entry per pool row
-    self._args = (*self._views, vcl, fim, ready, table)     # the launch arguments, built once
+    self._args = (*self._views, cache_lengths, input_map, ready, table)     # the launch arguments, built once
     self._wp = triton.next_power_of_2(self.width)
     self._capture_ring()
 
@@ -427,8 +427,8 @@ def bind(self: FusedDecodeStep, valid_cache_lengths: torch.Tensor, future_input_
 def is_bound_to(self: FusedDecodeStep, valid_cache_lengths, future_input_map, remote_spec_candidate_ready,
                 vocab_size, req_to_page, table_order: str = 'pool') -> bool:
     "True when the step is bound to exactly these tensors (identity), vocabulary size and table order."
-    vcl, fim, ready, table, vocab, by_batch = self._state
-    return (self.bound and vcl is valid_cache_lengths and fim is future_input_map and
+    cache_lengths, input_map, ready, table, vocab, by_batch = self._state
+    return (self.bound and cache_lengths is valid_cache_lengths and input_map is future_input_map and
             ready is remote_spec_candidate_ready and table is req_to_page and vocab == vocab_size and
             by_batch == (table_order == 'batch'))
 
@@ -451,9 +451,9 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
             raise ValueError(f'{name} must hold int32 integers, got {int(values.min())}..{int(values.max())}')
         self._np[slot][section:section + n] = values
         return
-    st = self._structs.get(n)
-    if st is None: st = self._structs[n] = struct.Struct(f'={n}i')
-    try: st.pack_into(self._np[slot], 4 * section, *values)
+    packer = self._structs.get(n)
+    if packer is None: packer = self._structs[n] = struct.Struct(f'={n}i')
+    try: packer.pack_into(self._np[slot], 4 * section, *values)
     except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
 
 _INT32_SAFE = tuple(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.int8, np.uint8))   # no range check
@@ -481,11 +481,11 @@ def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_p
 def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefill_tokens: int, width: int,
            total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1):
     "Write the per-step header fields of host slot `slot`, and `staged`: how many ints the step's copy moves."
-    lay, a = self.layout, self._np[slot]
+    layout, a = self.layout, self._np[slot]
     self._hdr.pack_into(a, 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, lay['ids'] + prefill_tokens)
-    a[_STAGED] = (lay['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
-                  lay['lengths'] if has_mamba_data else lay['mamba'] if batch else _HEADER)
+                        has_mamba_data, dummy_rows, dummy_seq_len, layout['ids'] + prefill_tokens)
+    a[_STAGED] = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
+                  layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
 
 # %% ../nbs/03_fused_decode.ipynb #cac40aa6
 @patch
@@ -553,9 +553,9 @@ def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, d
 def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices'):
     "Debug mode: the cached lengths of the step's pool rows must be >= 0 (reads the device: synchronises)."
     if not len(req_pool_indices): return
-    vcl = self._state[0]
-    check_values('valid_cache_lengths', vcl[torch.as_tensor(req_pool_indices, device=vcl.device)], lo=0,
-                 index=req_pool_indices)
+    cache_lengths = self._state[0]
+    rows = torch.as_tensor(req_pool_indices, device=cache_lengths.device)
+    check_values('valid_cache_lengths', cache_lengths[rows], lo=0, index=req_pool_indices)
 
 # %% ../nbs/03_fused_decode.ipynb #56fec57c
 def applied_overrides(decode_input_ids: list | None) -> list | None:
@@ -568,13 +568,13 @@ def applied_overrides(decode_input_ids: list | None) -> list | None:
 def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_input_length: int, decode_input_ids=None,
                 mamba=None, name: str = 'req_pool_indices'):
     "Pack a decode step into host slot `slot` (checking the pool indices); returns the overrides or `None`."
-    B, L, lay = len(req_pool_indices), uniform_input_length, self.layout
+    B, L, layout = len(req_pool_indices), uniform_input_length, self.layout
     decode_input_ids = applied_overrides(decode_input_ids)
-    self.pack(slot, lay['pool'], req_pool_indices, name)
+    self.pack(slot, layout['pool'], req_pool_indices, name)
     self.check_pools(slot, B, name)
-    if decode_input_ids is not None: self.pack(slot, lay['override'], decode_input_ids, 'decode_input_ids')
+    if decode_input_ids is not None: self.pack(slot, layout['override'], decode_input_ids, 'decode_input_ids')
     if mamba is not None:
-        for k in range(4): self.pack(slot, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba')
+        for k in range(4): self.pack(slot, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba')
     self.header(slot, B, 0, 0, L if B else 0, B * L if B else 0, decode_input_ids is not None, mamba is not None)
     if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, name)
     return decode_input_ids
@@ -602,19 +602,19 @@ def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int,
 def issue_mixed(self: FusedDecodeStep, req_pool_indices: list, prefill_lengths: list, extend_prefix_lens: list,
                 input_ids, shifted_input_ids, width: int, total_tokens: int, decode_input_ids=None, mamba=None):
     "Pack and launch a step whose first `len(extend_prefix_lens)` rows are prefill rows (lists already checked)."
-    lay, ne, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)
+    layout, num_extends, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)
     prefill = sum(prefill_lengths)
     s = self.acquire()
-    self.pack(s, lay['pool'], req_pool_indices, 'request_pool_indices')
+    self.pack(s, layout['pool'], req_pool_indices, 'request_pool_indices')
     self.check_pools(s, batch, 'request_pool_indices')
-    self.pack(s, lay['lengths'], prefill_lengths, 'input_lengths')
-    self.pack(s, lay['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
-    self.pack(s, lay['ids'], input_ids, 'input_ids')
-    self.pack(s, lay['ids'] + prefill, shifted_input_ids, 'shifted_input_ids')
-    if decode_input_ids is not None: self.pack(s, lay['override'], decode_input_ids, 'decode_input_ids')
+    self.pack(s, layout['lengths'], prefill_lengths, 'input_lengths')
+    self.pack(s, layout['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
+    self.pack(s, layout['ids'], input_ids, 'input_ids')
+    self.pack(s, layout['ids'] + prefill, shifted_input_ids, 'shifted_input_ids')
+    if decode_input_ids is not None: self.pack(s, layout['override'], decode_input_ids, 'decode_input_ids')
     if mamba is not None:
-        for k in range(4): self.pack(s, lay['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
-    self.header(s, batch, ne, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None)
+        for k in range(4): self.pack(s, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
+    self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None)
     if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, 'request_pool_indices')
     self.launch(s)
 
@@ -634,12 +634,12 @@ def apply_overrides_ref(future_input_map: torch.Tensor, remote_spec_candidate_re
     "The override rule in plain torch, in place on the state of pool rows `pool`; returns each row's single-token flag."
     force = torch.zeros(len(pool), dtype=torch.bool)
     if decode_input_ids is None or all(x == -1 for x in decode_input_ids): return force
-    fim, ready, W = future_input_map, remote_spec_candidate_ready, future_input_map.shape[1]
-    ids = torch.tensor(list(decode_input_ids), dtype=fim.dtype)[:, None]
+    input_map, ready, W = future_input_map, remote_spec_candidate_ready, future_input_map.shape[1]
+    ids = torch.tensor(list(decode_input_ids), dtype=input_map.dtype)[:, None]
     mask = ids != -1
-    fim[pool, :1] = torch.where(mask, ids, fim[pool, :1])             # column 0: the verified token
+    input_map[pool, :1] = torch.where(mask, ids, input_map[pool, :1])             # column 0: the verified token
     force = mask[:, 0] & ~ready[pool]                                 # no real candidates to verify
-    if W > 1: fim[pool, 1:] = torch.where(force[:, None], ids.expand(-1, W - 1), fim[pool, 1:])
+    if W > 1: input_map[pool, 1:] = torch.where(force[:, None], ids.expand(-1, W - 1), input_map[pool, 1:])
     ready[pool] = False
     return force
 
@@ -649,13 +649,14 @@ def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_inp
                     decode_input_ids=None, mamba=None, table_order: str = 'pool'):
     "Plain torch: `(buffers, (valid_cache_lengths, future_input_map, remote_spec_candidate_ready))` after one decode step."
     bufs = {k: v.clone() for k, v in buffers.items()}
-    vcl, fim, ready = valid_cache_lengths.clone(), future_input_map.clone(), remote_spec_candidate_ready.clone()
+    cache_lengths, input_map = valid_cache_lengths.clone(), future_input_map.clone()
+    ready = remote_spec_candidate_ready.clone()
     pool = torch.tensor(list(req_pool_indices), dtype=torch.long)
     B, L = len(pool), int(uniform_input_length)
     T = B * L
-    force = apply_overrides_ref(fim, ready, pool, decode_input_ids)
-    cache = vcl[pool].long()
-    tok = fim[pool, :L].flatten().clamp(0, vocab_size - 1)
+    force = apply_overrides_ref(input_map, ready, pool, decode_input_ids)
+    cache = cache_lengths[pool].long()
+    tok = input_map[pool, :L].flatten().clamp(0, vocab_size - 1)
     pos = (cache[:, None] + torch.arange(L)[None, :]).flatten()
     rows = pool if table_order == 'pool' else torch.arange(B)
     slots = kv_slot_ref(req_to_page, rows[:, None].expand(-1, L).flatten(), pos, page_size, values['out_cache_loc_buf'])
@@ -670,7 +671,7 @@ def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_inp
         for k, name in enumerate(_MAMBA_BUFS):
             bufs[name][:B] = torch.tensor(list(mamba[k])) if mamba is not None else -1
     reset_tail(bufs, values, B, T, 0)
-    return bufs, (vcl, fim, ready)
+    return bufs, (cache_lengths, input_map, ready)
 
 # %% ../nbs/03_fused_decode.ipynb #bf3d78e7
 @patch

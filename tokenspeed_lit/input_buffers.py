@@ -64,8 +64,8 @@ class InputBuffers:
         self.step = FusedDecodeStep.create(max_bs, max_num_tokens, page_size, dummy_kv_slot,
                                            state_write_padding_pool_index, device, has_mamba)
         self.all_extends_mid_chunk = False
-        bufs, lay = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
-        self._prefill_rows = (*(bufs.scratch[lay[k]:] for k in ('extend_prefix', 'lengths', 'cache_start')),
+        bufs, layout = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
+        self._prefill_rows = (*(bufs.scratch[layout[k]:] for k in ('extend_prefix', 'lengths', 'cache_start')),
                               bufs.req_pool_indices_buf)
         self._prefill_starts = torch.empty(bufs.max_bs, dtype=torch.int32, device=bufs.device)
 
@@ -201,11 +201,11 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     overrides = applied_overrides(overrides)
     step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill and device_checks_enabled():      # debug mode: the checked call, which reads the staged values
-        stage, ne = bufs.scratch, num_extends
-        compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, stage[layout['extend_prefix']:][:ne],
-                                    stage[layout['lengths']:][:ne], stage[layout['cache_start']:][:ne],
-                                    bufs.req_pool_indices_buf[:ne], req_to_page, step.page_size, prefill,
-                                    bufs.dummy_kv_slot, table_order=table_order)   # prefill rows: batch rows 0..ne-1
+        stage, rows = bufs.scratch, slice(0, num_extends)                  # prefill rows: batch rows 0..num_extends-1
+        compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, stage[layout['extend_prefix']:][rows],
+                                    stage[layout['lengths']:][rows], stage[layout['cache_start']:][rows],
+                                    bufs.req_pool_indices_buf[rows], req_to_page, step.page_size, prefill,
+                                    bufs.dummy_kv_slot, table_order=table_order)
     elif prefill:                     # the prefill rows' positions and KV slots: one launch, over buffers we own
         launch_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, self._prefill_starts,
                                    *self._prefill_rows, req_to_page, step.page_size, num_extends, prefill,
@@ -244,7 +244,8 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
     "Plain torch: `(buffers, (valid_cache_lengths, future_input_map, remote_spec_candidate_ready))` after one fill."
     op = forward_op
     bufs = {k: v.clone() for k, v in buffers.items()}
-    vcl, fim, ready = valid_cache_lengths.clone(), future_input_map.clone(), remote_spec_candidate_ready.clone()
+    cache_lengths, input_map = valid_cache_lengths.clone(), future_input_map.clone()
+    ready = remote_spec_candidate_ready.clone()
     B, num_extends, T = len(op.request_ids), op.num_extends(), total_tokens
     pool = torch.tensor(list(op.request_pool_indices), dtype=torch.long)
     lens = torch.tensor(list(op.input_lengths), dtype=torch.long)
@@ -254,7 +255,7 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
     prefix = torch.tensor(list(op.extend_prefix_lens), dtype=torch.long)
     bufs['extend_prefix_lens_buf'][:num_extends] = prefix
     bufs['extend_seq_lens_buf'][:num_extends] = lens[:num_extends]
-    cache = vcl[pool].long()
+    cache = cache_lengths[pool].long()
     bufs['out_cache_loc_buf'][:T] = compute_out_cache_loc_ref(pool, lens, cache, req_to_page, page_size,
                                                               values['out_cache_loc_buf'], table_order=table_order)
     bufs['positions_buf'][:T] = compute_positions_ref(torch.cat([prefix, cache[num_extends:]]), lens)[0]
@@ -263,9 +264,9 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
     bufs['input_ids_buf'][:P] = torch.tensor(list(op.input_ids), dtype=torch.long)
     bufs['shifted_prefill_ids_buf'][:P] = torch.tensor(list(op.shifted_input_ids), dtype=torch.long)
     dec = pool[num_extends:]
-    force = apply_overrides_ref(fim, ready, dec, op.decode_input_ids)
+    force = apply_overrides_ref(input_map, ready, dec, op.decode_input_ids)
     bufs['force_single_token_verify_buf'][:B] = torch.cat([torch.zeros(num_extends, dtype=torch.bool), force])
-    dec_ids = fim[dec].flatten()
+    dec_ids = input_map[dec].flatten()
     bufs['input_ids_buf'][P:T] = dec_ids
     bufs['shifted_prefill_ids_buf'][P:T] = dec_ids
     bufs['input_ids_buf'][:T].clamp_(0, vocab_size - 1)
@@ -275,4 +276,4 @@ def fill_input_buffers_ref(buffers: dict, values: dict, forward_op: ForwardOp, v
         for f in _MAMBA_FIELDS:
             bufs[f + '_buf'][:B] = torch.tensor(list(getattr(op, f))) if given else -1
     reset_tail(bufs, values, B, T, num_extends)
-    return bufs, (vcl, fim, ready)
+    return bufs, (cache_lengths, input_map, ready)
