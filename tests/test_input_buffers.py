@@ -351,3 +351,17 @@ def test_fill_batch_order_equals_pool_order(case):
             assert torch.equal(v, b.buffers()[k]), k
         for x, y in zip(state_of(rs_a), state_of(rs_b)):
             assert torch.equal(x, y)
+
+
+def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
+    "The debug mode's checked launch of the prefill rows writes what the unchecked one writes."
+    snaps = []
+    for debug in (False, True):
+        rs, table = make_states(10, 9, 2, 100)
+        ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_()
+        if debug:
+            with device_value_checks(): ib.fill_input_buffers(_mixed(), rs, table, 5)
+        else: ib.fill_input_buffers(_mixed(), rs, table, 5)
+        synchronize(DEV)
+        snaps.append({k: v.cpu() for k, v in ib.snapshot().items()})
+    for k, v in snaps[0].items(): assert torch.equal(v, snaps[1][k]), k

@@ -184,7 +184,7 @@ def _fill_decode(self: InputBuffers, op, batch, width, pools):
 @patch
 def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width, req_to_page, pools, lens, table_order):
     step = self.step
-    layout, bufs = step.layout, step.buffers
+    bufs = step.buffers
     prefill = sum(lens[:num_extends])
     prefix, full = int_list('extend_prefix_lens', op.extend_prefix_lens), int_list('prefill_lengths', op.prefill_lengths)
     ids, shifted = int_seq('input_ids', op.input_ids), int_seq('shifted_input_ids', op.shifted_input_ids)
@@ -201,11 +201,9 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     overrides = applied_overrides(overrides)
     step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill and device_checks_enabled():      # debug mode: the checked call, which reads the staged values
-        stage, rows = bufs.scratch, slice(0, num_extends)                  # prefill rows: batch rows 0..num_extends-1
-        compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, stage[layout['extend_prefix']:][rows],
-                                    stage[layout['lengths']:][rows], stage[layout['cache_start']:][rows],
-                                    bufs.req_pool_indices_buf[rows], req_to_page, step.page_size, prefill,
-                                    bufs.dummy_kv_slot, table_order=table_order)
+        compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf,
+                                    *(v[:num_extends] for v in self._prefill_rows), req_to_page, step.page_size,
+                                    prefill, bufs.dummy_kv_slot, table_order=table_order)
     elif prefill:                     # the prefill rows' positions and KV slots: one launch, over buffers we own
         launch_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, self._prefill_starts,
                                    *self._prefill_rows, req_to_page, step.page_size, num_extends, prefill,
