@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from tokenspeed_lit.core import HAS_ACCEL, default_device, synchronize, new_stream, wait_event, use_stream
 from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks
+from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks, _pieces
 from tokenspeed_lit.core import capture, to_device_async
 import numpy as np
 
@@ -111,10 +111,41 @@ def test_staged_copies_one_run_per_chunk_run(hosts, cap):
     m.store_pages(pairs); synchronize()
     s = sorted(hosts)
     runs = 0
-    for c0, c1 in _chunks(len(s), cap, small_first=True):       # a store's first chunk is small
+    for c0, c1 in _chunks(len(s), cap):                          # a store's chunks ramp up from a small one
         chunk = s[c0:c1]
         runs += 1 + sum(b != a + 1 for a, b in zip(chunk, chunk[1:]))
     assert m._transport.last_copies == runs
+
+
+@given(st.lists(st.integers(1, 50), max_size=6), st.one_of(st.none(), st.integers(1, 20)))
+def test_pieces_cover_each_copy_exactly(sizes, piece):
+    "Pieces of at most `piece` bytes, in order, tile every copy: same bytes, same place on both sides."
+    n = len(sizes)
+    dst, src = np.arange(n) * 1000, np.arange(n) * 1000 + 77
+    d, s, k = _pieces(dst, src, np.array(sizes, np.int64), piece)
+    want = [(a + o, b + o) for a, b, z in zip(dst, src, sizes) for o in range(z)]
+    got = [(int(x) + o, int(y) + o) for x, y, z in zip(d, s, k) for o in range(int(z))]
+    assert got == want
+    if piece is not None: assert all(0 < z <= piece for z in k)
+
+
+@given(st.integers(1, 40), st.integers(1, 6))
+def test_staged_round_trip_in_small_dma_pieces(piece, cap):
+    "Pages larger than the DMA piece cross in several pieces, and the bytes are still the reference's."
+    pool = PagedKVPool(7, 2, 1, 1, 4, device=DEV)
+    for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).copy_(torch.randint(0, 256, t.view(torch.uint8).shape))
+    m = FlatHostMirror(pool, 6, transport='staged')
+    m._transport.set_chunk_pages(cap); m._transport.dma_piece_bytes = piece
+    pairs = [(1, 4), (2, 0), (3, 1), (5, 5)]
+    want = [t.clone() for t, _ in m.tensor_pairs]
+    m.store_pages(pairs); synchronize()
+    assert m._transport.last_copies >= -(-m.bytes_per_host_page() // piece)
+    for t, _ in m.tensor_pairs: t.zero_()
+    m.load_pages(pairs); synchronize()
+    for (t, _), w in zip(m.tensor_pairs, want):
+        for d, _h in pairs:
+            rows = slice(d * 2, d * 2 + 2)
+            assert torch.equal(t[rows].view(torch.uint8), w[rows].view(torch.uint8))
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(-3, 40),
@@ -138,11 +169,15 @@ def test_page_copy_kernel_moves_only_valid_pairs(seed, claimed, pairs):
     assert torch.equal(block, want)
 
 
-@given(st.integers(0, 300), st.integers(1, 40), st.booleans())
-def test_chunks_cover_every_item_once(n, cap, small_first):
-    cs = _chunks(n, cap, small_first)
+@given(st.integers(0, 300), st.integers(1, 40), st.booleans(), st.booleans())
+def test_chunks_cover_every_item_once(n, cap, small_last, ramp):
+    cs = _chunks(n, cap, small_last, ramp)
     assert [i for a, b in cs for i in range(a, b)] == list(range(n))
     assert all(0 < b - a <= cap for a, b in cs)
+    sizes = [b - a for a, b in cs]
+    if ramp:
+        assert all(b <= 2 * a for a, b in zip(sizes, sizes[1:]))     # each at most twice the one before
+        if sizes: assert sizes[0] <= max(1, cap // 8)
 
 
 def test_warmup_captures_and_compiles_everything_up_front():

@@ -237,20 +237,33 @@ def _runs(host_pages: np.ndarray, page_bytes: int, first_row: int = 0):
     return host_pages[starts] * page_bytes, (starts + first_row) * page_bytes, sizes * page_bytes
 
 # %% ../nbs/07_host_transport.ipynb #84524947
-def _chunks(n: int, cap: int, small_first: bool) -> list[tuple[int, int]]:
-    "`[start, end)` of chunks of at most `cap` of `n` items; the first (or last) one small, so a pipeline fills fast."
+def _chunks(n: int, cap: int, small_last: bool = False, ramp: bool = True) -> list[tuple[int, int]]:
+    "`[start, end)` chunks of at most `cap` of `n` items: from `cap // 8` doubling (`ramp`); `small_last`: end small."
     small = max(1, cap // 8)
-    cuts = [0, min(small, n)] if small_first else [0]
-    cuts += list(range(cuts[-1] + cap, n, cap))
-    if not small_first and n - cuts[-1] > small: cuts.append(max(cuts[-1], n - small))
-    if cuts[-1] != n: cuts.append(n)
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    cuts, size = [0], small if ramp else cap
+    while cuts[-1] < n:
+        cuts.append(min(n, cuts[-1] + size))
+        size = min(cap, 2 * size)
+    if small_last and len(cuts) > 2 and cuts[-1] - cuts[-2] > small: cuts.insert(-1, n - small)
+    return list(zip(cuts, cuts[1:]))
+
+# %% ../nbs/07_host_transport.ipynb #efc1cafd
+def _pieces(dst_off, src_off, sizes, piece: int | None):
+    "The copies `(dst_off, src_off, sizes)` (byte offsets and counts) cut into pieces of at most `piece` bytes."
+    sizes = np.asarray(sizes, np.int64)
+    if piece is None or not len(sizes) or sizes.max() <= piece: return dst_off, src_off, sizes
+    k = -(-sizes // piece)                                          # pieces per copy
+    copy = np.repeat(np.arange(len(sizes)), k)                      # the copy each piece belongs to
+    at = (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)) * piece   # the piece's offset inside its copy
+    return (np.asarray(dst_off, np.int64)[copy] + at, np.asarray(src_off, np.int64)[copy] + at,
+            np.minimum(piece, sizes[copy] - at))
 
 # %% ../nbs/07_host_transport.ipynb #d6259fc6
 class StagedTransport(Transport):
     "Device gather/scatter through a ring of staging chunks; DMA copies (one driver call per chunk) cross the link."
     name, default_fence_groups = 'staged', 8
     chunk_bytes, num_chunks, id_slots, max_chunk_pages = 128 << 20, 2, 256, 1024
+    dma_piece_bytes = 128 << 10       # the most one DMA piece moves (None: a whole run); see `_dma`
 
     def __init__(self, mirror: FlatHostMirror):
         super().__init__(mirror)
@@ -284,13 +297,21 @@ def _take(self: StagedTransport) -> int:
     self._next = (b + 1) % len(self.copiers)
     return b
 
+# %% ../nbs/07_host_transport.ipynb #e7bea9b4
+@patch
+def _dma(self: StagedTransport, dst: torch.Tensor, dst_off, src: torch.Tensor, src_off, sizes):
+    "Queue copies (byte offsets into `dst` and `src`) on the copy stream, in pieces of at most `dma_piece_bytes`."
+    d, s, n = _pieces(dst_off, src_off, sizes, self.dma_piece_bytes)
+    copy_batch(dst, d, src, s, n, self.copy_stream)
+    self.last_copies += len(n)
+
 # %% ../nbs/07_host_transport.ipynb #6b5dcb34
 @patch
 def _store(self: StagedTransport, pages: np.ndarray):
     "Gather chunks on the kernel stream, copy each out on the copy stream; returns the copy stream's last event."
     m, cs, ks, PB = self.mirror, self.copy_stream, self.kernel_stream, self.mirror.layout.page_bytes
     order = tuple(m.issue_order)
-    for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=True):   # the link waits for chunk 0 only
+    for c0, c1 in _chunks(len(pages), self.chunk_pages):   # the link waits for chunk 0 only
         chunk, b = pages[c0:c1], self._take()
         wait_event(self.free[b], ks)                              # the copies out of chunk b have finished
         slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
@@ -298,9 +319,8 @@ def _store(self: StagedTransport, pages: np.ndarray):
         self.ids.done[slot].record(ks); self.ready[b].record(ks)
         wait_event(self.ready[b], cs)
         host_off, stage_off, sizes = _runs(chunk[:, 1], PB)
-        copy_batch(m.host_pages, host_off, self.staging[b], stage_off, sizes, cs)
+        self._dma(m.host_pages, host_off, self.staging[b], stage_off, sizes)
         self.free[b].record(cs)
-        self.last_copies += len(sizes)
     return self.free[b]
 
 # %% ../nbs/07_host_transport.ipynb #105b904e
@@ -336,9 +356,8 @@ def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
         copier, _ = self._group_copier(b, group)
         lo, hi = self._span(group)
         host_off, stage_off, sizes = chunk[:, 1] * PB + lo, np.arange(len(chunk)) * (hi - lo), np.full(len(chunk), hi - lo)
-    copy_batch(self.staging[b], stage_off, m.host_pages, host_off, sizes, cs)
+    self._dma(self.staging[b], stage_off, m.host_pages, host_off, sizes)
     self.ready[b].record(cs)
-    self.last_copies += len(sizes)
     wait_event(self.ready[b], ks)
     slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
     copier.launch(self.ids.dev[slot], group, to_block=False, n_pairs=len(chunk), stream=ks)
@@ -355,12 +374,12 @@ def move(self: StagedTransport, pages, to_host, groups, events, stream, on_group
     out = [None] * len(m.tensor_pairs)
     if to_host: last = self._store(pages)
     elif not events:                                # a plain load: whole pages, fewest copies; a small last chunk
-        for c0, c1 in _chunks(len(pages), self.chunk_pages, small_first=False): self._load_chunk(pages[c0:c1])
+        for c0, c1 in _chunks(len(pages), self.chunk_pages, small_last=True): self._load_chunk(pages[c0:c1])
         last = self.free[(self._next - 1) % len(self.copiers)]
     else:                                                         # fenced: group by group, each group's bytes
         for gi, group in enumerate(groups):
             cap = self._group_copier(0, group)[1]
-            for c0, c1 in _chunks(len(pages), cap, small_first=False): self._load_chunk(pages[c0:c1], group)
+            for c0, c1 in _chunks(len(pages), cap, small_last=True, ramp=False): self._load_chunk(pages[c0:c1], group)
             last = record_event(ks, m.device)
             for t in group: out[t] = last
             if on_group is not None: on_group(gi, last)   # a background call hands it on now
