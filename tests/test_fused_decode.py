@@ -406,3 +406,17 @@ def test_batch_order_host_checks():
         step.bind(z, z.view(3, 1), z.bool(), 10, torch.ones(4, 2, dtype=torch.int32, device=DEV), table_order='row')
     with pytest.raises(ValueError, match=r"req_to_page has 1 rows, 2 needed \(table_order='batch'\)"):
         fused_decode_input_prep(z[:2], z[:2].long(), z[:2], z[:2], z, 1, z.view(1, 3), 4, table_order='batch')
+
+
+def test_a_dropped_step_is_freed_without_the_garbage_collector():
+    "The step's captured ring slots do not refer back to it: dropping the last reference frees it (and its buffers)."
+    import gc, weakref
+    step = FusedDecodeStep.create(4, 8, 4, device=DEV)
+    alive = weakref.ref(step)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del step
+        assert alive() is None
+    finally:
+        if was: gc.enable()

@@ -5,6 +5,7 @@
 # %% ../nbs/03_fused_decode.ipynb #49e25155
 from __future__ import annotations
 import struct
+import weakref
 import numpy as np
 import torch
 from fastcore.basics import patch
@@ -500,10 +501,10 @@ def _issue(self: FusedDecodeStep, slot: int):
 def _capture_ring(self: FusedDecodeStep):
     "Capture each ring slot's copy + event + kernel once (after every bind), with an empty step in the slot."
     saved = self.buffers.slab.clone()     # the warm-up writes padding everywhere: put every buffer back afterwards
-    graphs = []
+    graphs, me = [], weakref.ref(self)    # the graphs must not hold the step: a dropped step is freed at once
     for slot in (0, 1):
         self.header(slot, 0, 0, 0, 0, 0, False, False)   # the warm-up runs this empty step: no row, no state
-        graphs.append(_capture(lambda s=slot: self._issue(s), device=self.device))
+        graphs.append(_capture(lambda s=slot: me()._issue(s), device=self.device))
     self._graphs = graphs
     self.buffers.slab.copy_(saved)
     synchronize(self.device)   # the warm-up copies read the slots: finish them before a step packs a slot again
