@@ -373,7 +373,7 @@ def move(self: StagedTransport, pages, to_host, groups, events, stream, on_group
     pages, self.last_copies = pages[np.argsort(pages[:, 1], kind='stable')], 0
     out = [None] * len(m.tensor_pairs)
     if to_host: last = self._store(pages)
-    elif not events:                                # a plain load: whole pages, fewest copies; a small last chunk
+    elif not events:                                # a plain load: whole pages; chunks ramp up, the last small
         for c0, c1 in _chunks(len(pages), self.chunk_pages, small_last=True): self._load_chunk(pages[c0:c1])
         last = self.free[(self._next - 1) % len(self.copiers)]
     else:                                                         # fenced: group by group, each group's bytes
