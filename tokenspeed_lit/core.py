@@ -14,11 +14,11 @@ from fastcore.basics import patch
 __all__ = ['HAS_ACCEL', 'OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'triton_interpreted', 'default_device', 'as_device', 'is_accel',
            'num_sms', 'host_empty', 'host_full', 'CompletedEvent', 'new_stream', 'current_stream', 'use_stream',
            'new_event', 'record_event', 'wait_event', 'synchronize', 'on_device', 'PendingEvent', 'BackgroundIssuer',
-           'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch', 'FastLaunch',
-           'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close', 'InputTypeError',
-           'check_int', 'int_list', 'int_seq', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len',
-           'check_capacity', 'check_positive', 'check_same_device', 'check_kernel_device', 'device_checks_enabled',
-           'device_value_checks', 'check_values', 'check_unique']
+           'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch', 'copy_2d',
+           'EventRing', 'FastLaunch', 'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce',
+           'dist_close', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_int_tensor', 'check_vectors',
+           'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
+           'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
 HAS_ACCEL: bool = torch.cuda.is_available()
@@ -245,26 +245,33 @@ def raw_stream(stream=None, device=None) -> int:
     if not is_accel(device): return 0
     return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else torch.cuda.current_device())
 
+# %% ../nbs/00_core.ipynb #13264724
+def _driver_proc(name: str, version: int) -> int | None:
+    "The address of driver function `name` with CUDA `version`'s signature (e.g. 12080), via `cuGetProcAddress`; None where unavailable."
+    if not HAS_ACCEL: return None
+    import ctypes
+    try:
+        lib = ctypes.CDLL('libcuda.so.1')
+        pfn, status = ctypes.c_void_p(), ctypes.c_int()
+        get = lib.cuGetProcAddress_v2
+        get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+        if get(name.encode(), ctypes.byref(pfn), version, 0, ctypes.byref(status)) or not pfn.value: return None
+    except (OSError, AttributeError): return None
+    return pfn.value
+
 # %% ../nbs/00_core.ipynb #1cf7192e
 class _DriverBatchCopy:
     "`cuMemcpyBatchAsync` of the CUDA driver through ctypes, with CUDA 12.8's signature; `fn` is None where unavailable."
     def __init__(self):
         self.fn = None
-        if not HAS_ACCEL or os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') == '0': return
+        pfn = _driver_proc('cuMemcpyBatchAsync', 12080) if os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') != '0' else None
+        if pfn is None: return
         import ctypes
-        try:
-            lib = ctypes.CDLL('libcuda.so.1')
-            pfn, status = ctypes.c_void_p(), ctypes.c_int()
-            get = lib.cuGetProcAddress_v2
-            get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
-                            ctypes.POINTER(ctypes.c_int)]
-            if get(b'cuMemcpyBatchAsync', ctypes.byref(pfn), 12080, 0, ctypes.byref(status)) or not pfn.value: return
-        except (OSError, AttributeError): return
         class Loc(ctypes.Structure): _fields_ = [('type', ctypes.c_int), ('id', ctypes.c_int)]
         class Attrs(ctypes.Structure):
             _fields_ = [('srcAccessOrder', ctypes.c_int), ('srcLocHint', Loc), ('dstLocHint', Loc), ('flags', ctypes.c_uint)]
         P = ctypes.c_void_p
-        self.fn = ctypes.CFUNCTYPE(ctypes.c_int, P, P, P, ctypes.c_size_t, P, P, ctypes.c_size_t, P, P)(pfn.value)
+        self.fn = ctypes.CFUNCTYPE(ctypes.c_int, P, P, P, ctypes.c_size_t, P, P, ctypes.c_size_t, P, P)(pfn)
         self.attrs = Attrs(1, Loc(0, 0), Loc(0, 0), 0)     # 1: sources read in stream order
         self.first, self.failed = (ctypes.c_size_t * 1)(0), ctypes.c_size_t(0)
         self.byref, self.ptr = ctypes.byref, ctypes.c_void_p
@@ -308,6 +315,88 @@ def copy_batch(dst: torch.Tensor, dst_offsets, src: torch.Tensor, src_offsets, s
         copy_many([d[a:a + k] for a, k in zip(do.tolist(), n.tolist())],
                   [s[a:a + k] for a, k in zip(so.tolist(), n.tolist())])
     return 'pieces'
+
+# %% ../nbs/00_core.ipynb #4ef9b5e2
+class _Driver2DCopy:
+    "`cuMemcpy2DAsync` of the CUDA driver through ctypes (both sides as unified addresses); `fn` is None where unavailable."
+    def __init__(self):
+        self.fn = None
+        pfn = _driver_proc('cuMemcpy2DAsync', 12000) if os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') != '0' else None
+        if pfn is None: return
+        import ctypes
+        S, P, I = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
+        class Memcpy2D(ctypes.Structure):            # CUDA_MEMCPY2D
+            _fields_ = [('srcXInBytes', S), ('srcY', S), ('srcMemoryType', I), ('srcHost', P), ('srcDevice', ctypes.c_uint64),
+                        ('srcArray', P), ('srcPitch', S), ('dstXInBytes', S), ('dstY', S), ('dstMemoryType', I),
+                        ('dstHost', P), ('dstDevice', ctypes.c_uint64), ('dstArray', P), ('dstPitch', S),
+                        ('WidthInBytes', S), ('Height', S)]
+        self.fn = ctypes.CFUNCTYPE(I, P, P)(pfn)
+        self.args = Memcpy2D(srcMemoryType=4, dstMemoryType=4)     # 4: CU_MEMORYTYPE_UNIFIED, any pointer
+        self.byref, self.ptr = ctypes.byref, ctypes.c_void_p
+
+    def __call__(self, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream: int):
+        "Enqueue `height` rows of `width` bytes, rows `src_pitch` / `dst_pitch` bytes apart, on stream handle `stream`."
+        a = self.args
+        a.srcDevice, a.srcPitch, a.dstDevice, a.dstPitch, a.WidthInBytes, a.Height = src, src_pitch, dst, dst_pitch, width, height
+        rc = self.fn(self.byref(a), self.ptr(stream))
+        if rc: raise RuntimeError(f'cuMemcpy2DAsync failed with CUresult {rc}')
+
+_copy2d = None
+
+# %% ../nbs/00_core.ipynb #c37548fe
+def copy_2d(dst: torch.Tensor, dst_offset: int, dst_pitch: int, src: torch.Tensor, src_offset: int, src_pitch: int,
+            width: int, height: int, stream=None) -> str:
+    "Copy `height` rows of `width` bytes: row `i` from byte `src_offset + i * src_pitch` of `src` to `dst_offset + i * dst_pitch`."
+    global _copy2d
+    d, s = _byte_view(dst, 'dst'), _byte_view(src, 'src')
+    for name, v in (('dst_offset', dst_offset), ('src_offset', src_offset), ('width', width), ('height', height)):
+        if v < 0: raise ValueError(f'{name} must be >= 0, got {v}')
+    for name, p in (('dst_pitch', dst_pitch), ('src_pitch', src_pitch)):
+        if p < width: raise ValueError(f'{name} ({p}) must be at least width ({width})')
+    if not width or not height: return 'none'
+    for name, o, p, t in (('dst', dst_offset, dst_pitch, d), ('src', src_offset, src_pitch, s)):
+        if o + (height - 1) * p + width > t.numel(): raise ValueError(f'the last row ends past the {t.numel()} bytes of {name}')
+    handle = raw_stream(stream, dst.device if is_accel(dst) else src.device)
+    if _copy2d is None: _copy2d = _Driver2DCopy()
+    if handle and _copy2d.fn is not None and (is_accel(dst) or is_accel(src)):
+        _copy2d(d.data_ptr() + dst_offset, dst_pitch, s.data_ptr() + src_offset, src_pitch, width, height, handle)
+        return '2d'
+    rows = np.arange(height, dtype=np.int64)
+    copy_batch(d, dst_offset + rows * dst_pitch, s, src_offset + rows * src_pitch, np.full(height, width), stream)
+    return 'rows'
+
+# %% ../nbs/00_core.ipynb #88b7873b
+def _driver_event_record():
+    "`cuEventRecord(event, stream)` of the driver through ctypes, keeping the GIL (`PYFUNCTYPE`); None where unavailable."
+    import ctypes
+    pfn = _driver_proc('cuEventRecord', 12000)
+    return None if pfn is None else ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(pfn)
+
+# %% ../nbs/00_core.ipynb #b42bf57e
+class EventRing:
+    "Events recorded on a stream without letting go of the GIL, for another thread to wait on; reused once `consumed`."
+    def __init__(self, device=None, size: int = 64):
+        if size < 1: raise ValueError(f'size must be >= 1, got {size}')
+        self.device, self.issued, self.consumed = as_device(device), 0, 0
+        self._record = _driver_event_record() if is_accel(self.device) else None
+        self.events = []
+        if self._record is not None:
+            with on_device(self.device):
+                self.events = [torch.cuda.Event() for _ in range(size)]
+                for e in self.events: e.record()             # created now, on this device
+
+    def record(self, stream=None):
+        "An event recorded now on `stream` (None: the current stream); whoever waits on it must call `consumed()` after."
+        k, self.issued = self.issued, self.issued + 1
+        if not self.events or k - self.consumed >= len(self.events): return record_event(stream, self.device)
+        e = self.events[k % len(self.events)]
+        rc = self._record(e.cuda_event, raw_stream(stream, self.device))
+        if rc: raise RuntimeError(f'cuEventRecord failed with CUresult {rc}')
+        return e
+
+    def done(self):
+        "Called once per `record`, by the thread that waited on its event, after the wait was queued."
+        self.consumed += 1
 
 # %% ../nbs/00_core.ipynb #b39c9b23
 _LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas', 'maxnreg')

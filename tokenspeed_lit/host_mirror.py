@@ -12,7 +12,7 @@ import torch
 from fastcore.basics import patch
 from .core import (is_accel, host_full, use_stream, record_event, copy_to, check_positive,
                                  check_int_tensor, check_same_device, new_stream, wait_event, on_device,
-                                 BackgroundIssuer, PendingEvent)
+                                 BackgroundIssuer, PendingEvent, EventRing)
 
 # %% auto #0
 __all__ = ['TRANSPORTS', 'ACCEL_TRANSPORT', 'flat_bytes_per_host_page', 'Transport', 'SliceTransport', 'IndexTransport',
@@ -303,19 +303,18 @@ def _pages(self: FlatHostMirror, pairs, to_host: bool) -> np.ndarray:
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f'pairs must be (device_page, host_page) pairs, got shape {tuple(p.shape)}')
     p = p.astype(np.int64, copy=False)
-    bounds = self._bounds            # (num_device_pages, num_host_pages) as uint64: negatives compare huge
-    if (p.view(np.uint64) >= bounds).any():
-        i = int(np.flatnonzero((p.view(np.uint64) >= bounds).any(1))[0])
+    d, h = p[:, 0], p[:, 1]                       # column by column: see above for why
+    if d.min() < 0 or d.max() >= self.num_device_pages or h.min() < 0 or h.max() >= self.num_host_pages:
+        i = int(np.flatnonzero((p.view(np.uint64) >= self._bounds).any(1))[0])   # as uint64 a negative id is huge
         dp, hp = int(p[i, 0]), int(p[i, 1])
         which = (f'device page {dp} out of range [0, {self.num_device_pages})'
                  if not 0 <= dp < self.num_device_pages else f'host page {hp} out of range [0, {self.num_host_pages})')
         raise ValueError(f'pairs[{i}] = ({dp}, {hp}): {which}')
-    if len(p) > 1:
-        s = np.sort(p[:, 1] if to_host else p[:, 0])
-        same = s[1:] == s[:-1]
-        if same.any():
-            raise ValueError(f'pairs: two pairs {"store into host" if to_host else "load into device"} page '
-                             f'{int(s[1:][same][0])}')
+    col = h if to_host else d
+    if len(p) > 1 and (len(set(col.tolist())) < len(p) if len(p) <= 4096 else bool((np.diff(np.sort(col)) == 0).any())):
+        s = np.sort(col)
+        raise ValueError(f'pairs: two pairs {"store into host" if to_host else "load into device"} page '
+                         f'{int(s[1:][s[1:] == s[:-1]][0])}')
     return p
 
 # %% ../nbs/06_host_mirror.ipynb #6340dda6
@@ -349,8 +348,10 @@ def load_pages_with_events(self: FlatHostMirror, pairs: Iterable[tuple[int, int]
 @patch
 def _submit(self: FlatHostMirror, pages: np.ndarray, to_host: bool, groups, events: bool, stream):
     "Queue one checked call on the mirror's issue thread; return pending events in place of the ones it will record."
-    if self._issuer is None: self._issuer, self._issue_stream = BackgroundIssuer(), new_stream(self.device)
-    start = record_event(stream, self.device)          # the call's place on the caller's stream, taken now
+    if self._issuer is None:
+        self._issuer, self._issue_stream, self._starts = BackgroundIssuer(), new_stream(self.device), EventRing(self.device)
+    starts = self._starts
+    start = starts.record(stream)                      # the call's place on the caller's stream, taken now (keeps the GIL)
     cond = threading.Condition(threading.Lock())
     pend = [PendingEvent(cond) for _ in (groups if events else [None])]
     transport, side, device = self._transport, self._issue_stream, self.device
@@ -358,6 +359,7 @@ def _submit(self: FlatHostMirror, pages: np.ndarray, to_host: bool, groups, even
         try:
             with on_device(device), use_stream(side):
                 wait_event(start, side)
+                starts.done()                                  # `start` may be recorded again
                 out = transport.move(pages, to_host, groups, events, side, on_group=lambda i, ev: pend[i].set(ev))
                 if events:
                     for p, g in zip(pend, groups): p.set(out[g[0]])       # no-op for groups already handed on
