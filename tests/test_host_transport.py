@@ -12,7 +12,7 @@ from tokenspeed_lit.core import HAS_ACCEL, default_device, synchronize, new_stre
 from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
 from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks, _pieces
-from tokenspeed_lit.core import capture, to_device_async
+from tokenspeed_lit.core import capture, to_device_async, copy_2d, host_full
 import numpy as np
 
 DEV = default_device()
@@ -146,6 +146,44 @@ def test_staged_round_trip_in_small_dma_pieces(piece, cap):
         for d, _h in pairs:
             rows = slice(d * 2, d * 2 + 2)
             assert torch.equal(t[rows].view(torch.uint8), w[rows].view(torch.uint8))
+
+
+@given(st.integers(0, 3), st.integers(0, 3), st.integers(0, 6), st.integers(0, 4), st.integers(0, 3), st.integers(0, 3),
+       st.booleans())
+def test_copy_2d_moves_exactly_the_rows(dst_off, src_off, width, height, dst_extra, src_extra, to_device):
+    "`copy_2d` against numpy: row i of `width` bytes lands at `dst_off + i * dst_pitch`; every other byte is untouched."
+    dp, sp = width + dst_extra, width + src_extra
+    src = host_full((64,), 0, torch.uint8); src.copy_(torch.randperm(256)[:64].to(torch.uint8))
+    dst = torch.full((64,), 0xEE, dtype=torch.uint8, device=DEV if to_device else 'cpu')
+    copy_2d(dst, dst_off, dp, src, src_off, sp, width, height); synchronize()
+    want = np.full(64, 0xEE, np.uint8)
+    for i in range(height): want[dst_off + i * dp:dst_off + i * dp + width] = src.numpy()[src_off + i * sp:src_off + i * sp + width]
+    assert np.array_equal(dst.cpu().numpy(), want)
+
+
+@given(st.lists(st.integers(0, 11), min_size=1, max_size=12, unique=True), st.integers(1, 12), st.sampled_from([None, 1, 2, 3]))
+def test_fenced_load_in_columns_equals_the_reference(hosts, cap, min_run):
+    "A fenced load whose runs of host pages cross as 2-D copies scatters the same bytes, and costs one copy per run."
+    pool = PagedKVPool(13, 2, 2, 1, 4, device=DEV)
+    for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).copy_(torch.randint(0, 256, t.view(torch.uint8).shape))
+    m = FlatHostMirror(pool, 12, transport='staged', fence_groups=2)
+    st_ = m._transport
+    st_.set_chunk_pages(cap); st_.min_column_pages = min_run
+    pairs = [(i + 1, h) for i, h in enumerate(hosts)]
+    want = [t.clone() for t, _ in m.tensor_pairs]
+    m.store_pages(pairs); synchronize()
+    for t, _ in m.tensor_pairs: t.zero_()
+    m.load_pages_with_events(pairs); synchronize()
+    for (t, _), w in zip(m.tensor_pairs, want):
+        for d, _h in pairs:
+            assert torch.equal(t[d * 2:d * 2 + 2].view(torch.uint8), w[d * 2:d * 2 + 2].view(torch.uint8))
+    s, copies = sorted(hosts), 0
+    group_cap = st_._group_copier(0, m._groups[0])[1]
+    for c0, c1 in _chunks(len(s), group_cap, small_last=True, ramp=False):
+        chunk = s[c0:c1]
+        runs = np.split(chunk, np.flatnonzero(np.diff(chunk) != 1) + 1)
+        copies += sum(1 if (min_run is not None and len(r) >= min_run) else len(r) for r in runs)
+    assert st_.last_copies == copies * m.fence_groups
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(-3, 40),
@@ -287,3 +325,4 @@ def test_gpu_host_running_ahead_never_rewrites_queued_page_ids():
                 got = hv[h].reshape(-1).view(torch.uint8).cpu()
                 want = t[d * span:(d + 1) * span].reshape(-1).view(torch.uint8).cpu()
                 assert torch.equal(got, want), f'call {c}, pair ({d}, {h})'
+

@@ -8,7 +8,7 @@ import math
 import torch
 import numpy as np
 from fastcore.basics import patch
-from .core import (is_accel, to_device_async, synchronize, host_full, copy_to, copy_batch,
+from .core import (is_accel, to_device_async, synchronize, host_full, copy_to, copy_batch, copy_2d,
                                  new_event, new_stream, record_event, wait_event, use_stream, capture, num_sms, check_positive,
                                  FastLaunch)
 from .host_mirror import Transport, TRANSPORTS, FlatHostMirror
@@ -264,6 +264,7 @@ class StagedTransport(Transport):
     name, default_fence_groups = 'staged', 8
     chunk_bytes, num_chunks, id_slots, max_chunk_pages = 128 << 20, 2, 256, 1024
     dma_piece_bytes = 128 << 10       # the most one DMA piece moves (None: a whole run); see `_dma`
+    min_column_pages = 4              # a fenced load's runs this long go as one 2-D copy (None: never); `_dma_columns`
 
     def __init__(self, mirror: FlatHostMirror):
         super().__init__(mirror)
@@ -304,6 +305,21 @@ def _dma(self: StagedTransport, dst: torch.Tensor, dst_off, src: torch.Tensor, s
     d, s, n = _pieces(dst_off, src_off, sizes, self.dma_piece_bytes)
     copy_batch(dst, d, src, s, n, self.copy_stream)
     self.last_copies += len(n)
+
+# %% ../nbs/07_host_transport.ipynb #a22e035c
+@patch
+def _dma_columns(self: StagedTransport, b: int, host_pages: np.ndarray, lo: int, hi: int):
+    "Queue the copy of bytes `[lo, hi)` of sorted `host_pages` into staging chunk `b`, packed: 2-D copies per long run."
+    m, PB, w = self.mirror, self.mirror.layout.page_bytes, hi - lo
+    host_off, row, sizes = _runs(host_pages, PB)                 # per run: first host byte, first row, length in bytes
+    length, row = sizes // PB, row // PB
+    long = length >= (self.min_column_pages or len(host_pages) + 1)
+    for h, r, k in zip(host_off[long].tolist(), row[long].tolist(), length[long].tolist()):
+        copy_2d(self.staging[b], r * w, w, m.host_pages, h + lo, PB, w, k, self.copy_stream)
+    self.last_copies += int(long.sum())
+    if long.all(): return
+    pick = np.repeat(~long, length)                              # the pages of the short runs, in row order
+    self._dma(self.staging[b], np.flatnonzero(pick) * w, m.host_pages, host_pages[pick] * PB + lo, np.full(int(pick.sum()), w))
 
 # %% ../nbs/07_host_transport.ipynb #6b5dcb34
 @patch
@@ -354,9 +370,9 @@ def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
         host_off, stage_off, sizes = _runs(chunk[:, 1], PB)
     else:
         copier, _ = self._group_copier(b, group)
-        lo, hi = self._span(group)
-        host_off, stage_off, sizes = chunk[:, 1] * PB + lo, np.arange(len(chunk)) * (hi - lo), np.full(len(chunk), hi - lo)
-    self._dma(self.staging[b], stage_off, m.host_pages, host_off, sizes)
+        self._dma_columns(b, chunk[:, 1], *self._span(group))
+        host_off = None
+    if host_off is not None: self._dma(self.staging[b], stage_off, m.host_pages, host_off, sizes)
     self.ready[b].record(cs)
     wait_event(self.ready[b], ks)
     slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
