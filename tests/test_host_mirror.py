@@ -243,23 +243,23 @@ def test_background_calls_keep_call_order_and_report_failures():
 
 
 def test_background_calls_start_after_the_callers_stream_through_a_small_event_ring():
-    """Background stores issued right after device writes on the caller's stream store the written bytes, call after
-    call, with the start-event ring far smaller than the number of calls in flight (it wraps, or falls back to fresh
-    events while the issue thread is behind); each store's bytes are the ones written just before it (on a GPU)."""
+    """Background stores issued right after slow device writes on the caller's stream store the written bytes, with
+    the start-event ring far smaller than the number of calls in flight (it wraps, or falls back to fresh events
+    while the issue thread is behind); each call stores a page nobody writes again, so only a call that started too
+    early could read anything but its value (on a GPU)."""
     from tokenspeed_lit.core import EventRing, new_stream, use_stream
-    pool = PagedKVPool(3, 2, 1, 1, 4, device=DEV)
+    pool = PagedKVPool(26, 2, 1, 1, 4, device=DEV)
     m = FlatHostMirror(pool, 24)
-    m.store_pages([(1, 0)], background=True); synchronize()   # makes the issue thread and the ring
+    m.store_pages([(25, 0)], background=True); synchronize()   # makes the issue thread and the ring
     m._starts = EventRing(DEV, size=2)
     s = new_stream(DEV)
     k = m.tensor_pairs[0][0]
     with use_stream(s):
         for h in range(24):
-            if HAS_ACCEL: torch.cuda._sleep(20000)              # the copies may not run ahead of this write
-            k[2:4].fill_(h + 1)
-            m.store_pages([(1, h)], stream=s, background=True)
+            if HAS_ACCEL: torch.cuda._sleep(2_000_000)          # ~1 ms: a call that did not wait would read zeros
+            k[2 * (h + 1):2 * (h + 2)].fill_(h + 1)
+            m.store_pages([(h + 1, h)], stream=s, background=True)
     synchronize()
     assert m._starts.issued == m._starts.consumed == 24
-    if not HAS_ACCEL: return        # on the CPU a background call runs when the issue thread gets to it: no stream order
     for h in range(24):
-        assert torch.all(m.tensor_pairs[0][1][h] == h + 1).item()
+        assert torch.all(m.tensor_pairs[0][1][h] == h + 1).item(), h
