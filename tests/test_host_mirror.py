@@ -263,3 +263,18 @@ def test_background_calls_start_after_the_callers_stream_through_a_small_event_r
     assert m._starts.issued == m._starts.consumed == 24
     for h in range(24):
         assert torch.all(m.tensor_pairs[0][1][h] == h + 1).item(), h
+
+
+@pytest.mark.parametrize('n', [3, 4096, 4097, 6000])
+def test_pair_checks_find_a_duplicate_at_any_size(n):
+    "Up to 4096 pairs the duplicate check is a set, beyond it a sort: both name the page, and neither refuses distinct pairs."
+    pool = PagedKVPool(n + 2, 1, 1, 1, 2, torch.uint8, DEV)
+    m = FlatHostMirror(pool, n + 1)
+    pairs = np.stack([np.arange(n) + 1, np.random.default_rng(n).permutation(n)], 1)
+    assert np.array_equal(m._pages(pairs, True), pairs) and np.array_equal(m._pages(pairs, False), pairs)
+    dup = pairs.copy(); dup[-1, 1] = dup[0, 1]
+    with pytest.raises(ValueError, match=f'two pairs store into host page {dup[0, 1]}'): m._pages(dup, True)
+    dup = pairs.copy(); dup[-1, 0] = dup[1, 0]
+    with pytest.raises(ValueError, match=f'two pairs load into device page {dup[1, 0]}'): m._pages(dup, False)
+    bad = pairs.copy(); bad[n // 2, 0] = -1
+    with pytest.raises(ValueError, match=rf'pairs\[{n // 2}\] = \(-1, '): m._pages(bad, True)
