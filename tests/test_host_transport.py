@@ -133,8 +133,8 @@ def test_pieces_cover_each_copy_exactly(sizes, piece):
 def test_staged_round_trip_in_small_dma_pieces(piece, cap):
     "Pages larger than the DMA piece cross in several pieces, and the bytes are still the reference's."
     pool = PagedKVPool(7, 2, 1, 1, 4, device=DEV)
-    for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).copy_(torch.randint(0, 256, t.view(torch.uint8).shape))
     m = FlatHostMirror(pool, 6, transport='staged')
+    randomise(m, torch.Generator().manual_seed(piece))
     m._transport.set_chunk_pages(cap); m._transport.dma_piece_bytes = piece
     pairs = [(1, 4), (2, 0), (3, 1), (5, 5)]
     want = [t.clone() for t, _ in m.tensor_pairs]
@@ -165,8 +165,8 @@ def test_copy_2d_moves_exactly_the_rows(dst_off, src_off, width, height, dst_ext
 def test_fenced_load_in_columns_equals_the_reference(hosts, cap, min_run):
     "A fenced load whose runs of host pages cross as 2-D copies scatters the same bytes, and costs one copy per run."
     pool = PagedKVPool(13, 2, 2, 1, 4, device=DEV)
-    for t in pool.k_buffer + pool.v_buffer: t.view(torch.uint8).copy_(torch.randint(0, 256, t.view(torch.uint8).shape))
     m = FlatHostMirror(pool, 12, transport='staged', fence_groups=2)
+    randomise(m, torch.Generator().manual_seed(cap))
     st_ = m._transport
     st_.set_chunk_pages(cap); st_.min_column_pages = min_run
     pairs = [(i + 1, h) for i, h in enumerate(hosts)]

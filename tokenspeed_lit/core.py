@@ -259,12 +259,16 @@ def _driver_proc(name: str, version: int) -> int | None:
     except (OSError, AttributeError): return None
     return pfn.value
 
+def _copy_proc(name: str, version: int) -> int | None:
+    "`_driver_proc` for the DMA calls, unless `TOKENSPEED_LIT_BATCH_DMA=0` turns them off."
+    return _driver_proc(name, version) if os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') != '0' else None
+
 # %% ../nbs/00_core.ipynb #1cf7192e
 class _DriverBatchCopy:
     "`cuMemcpyBatchAsync` of the CUDA driver through ctypes, with CUDA 12.8's signature; `fn` is None where unavailable."
     def __init__(self):
         self.fn = None
-        pfn = _driver_proc('cuMemcpyBatchAsync', 12080) if os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') != '0' else None
+        pfn = _copy_proc('cuMemcpyBatchAsync', 12080)
         if pfn is None: return
         import ctypes
         class Loc(ctypes.Structure): _fields_ = [('type', ctypes.c_int), ('id', ctypes.c_int)]
@@ -321,7 +325,7 @@ class _Driver2DCopy:
     "`cuMemcpy2DAsync` of the CUDA driver through ctypes (both sides as unified addresses); `fn` is None where unavailable."
     def __init__(self):
         self.fn = None
-        pfn = _driver_proc('cuMemcpy2DAsync', 12000) if os.environ.get('TOKENSPEED_LIT_BATCH_DMA', '1') != '0' else None
+        pfn = _copy_proc('cuMemcpy2DAsync', 12000)
         if pfn is None: return
         import ctypes
         S, P, I = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int

@@ -368,11 +368,10 @@ def _load_chunk(self: StagedTransport, chunk: np.ndarray, group=None):
     if group is None:
         copier, group = self.copiers[b], tuple(m.issue_order)
         host_off, stage_off, sizes = _runs(chunk[:, 1], PB)
+        self._dma(self.staging[b], stage_off, m.host_pages, host_off, sizes)
     else:
         copier, _ = self._group_copier(b, group)
         self._dma_columns(b, chunk[:, 1], *self._span(group))
-        host_off = None
-    if host_off is not None: self._dma(self.staging[b], stage_off, m.host_pages, host_off, sizes)
     self.ready[b].record(cs)
     wait_event(self.ready[b], ks)
     slot = self.ids.stage(np.stack([chunk[:, 0], np.arange(len(chunk))], 1), ks)
