@@ -180,6 +180,11 @@ _BAD = [
     (lambda: (_dec([1, 2], decode_input_ids=[5]), 4), 'decode_input_ids has 1 entries for 2 decode rows'),
     (lambda: (_mixed(decode_input_ids=[1, 2]), 5), 'decode_input_ids has 2 entries for 1 decode rows'),
     (lambda: (ForwardOp([0, 1], [1, 2], [1, 3]), 4), 'every decode row must feed 2 tokens'),
+    (lambda: (ForwardOp([0, 1], [1, 2], np.array([1, 3])), 4), 'every decode row must feed 2 tokens'),   # arrays: one pass
+    (lambda: (ForwardOp([0, 1], [1, 2], torch.tensor([2, 1], dtype=torch.int32)), 3), 'every decode row must feed 2'),
+    (lambda: (ForwardOp([0, 1], np.array([1, 2]), np.array([2, 2], dtype=np.int32)), 5),
+     'total_tokens=5 differs from sum(input_lengths)=4'),
+    (lambda: (ForwardOp([0, 1, 2], [1, 2, 3], np.array([2, 2])), 4), 'per-request lists disagree'),
     (lambda: (_mixed(input_lengths=[3, 1]), 4), 'every decode row must feed 2 tokens'),
     (lambda: (_mixed(input_ids=[5, 6]), 5), 'input_ids has 2 entries, 3 expected'),
     (lambda: (_mixed(shifted_input_ids=[5, 6, 7, 8]), 5), 'shifted_input_ids has 4 entries, 3 expected'),

@@ -68,11 +68,14 @@ def test_positions_match_reference(batch, data):
     prefix, lens = batch
     total = data.draw(totals(lens))
     buf, out = guarded(total, torch.int64)
-    pos, start = compute_positions(prefix.to(DEV), lens.to(DEV), total, out=out)
+    own = data.draw(st.booleans())                 # the caller's extend_start_loc, or one the call allocates
+    sbuf, starts = guarded(len(lens), torch.int32) if own else (None, None)
+    pos, start = compute_positions(prefix.to(DEV), lens.to(DEV), total, out=out, extend_start_loc=starts)
     ref_pos, ref_start = compute_positions_ref(prefix, lens, total)
     assert torch.equal(pos.cpu(), ref_pos)
     assert torch.equal(start.cpu(), ref_start)
     assert_guards(buf)
+    if own: assert_guards(sbuf); assert start.data_ptr() == starts.data_ptr()
 
 
 @given(ragged_batches(max_batch=30, bad=False))
@@ -193,6 +196,10 @@ def _t(*v):
 
 @pytest.mark.parametrize('call, msg', [
     (lambda: compute_positions(_i(1), _i(1, 2), 3), 'lengths disagree'),
+    (lambda: compute_positions(_i(1, 2), _i(1, 2), 3, extend_start_loc=torch.empty(1, dtype=torch.int32, device=DEV)),
+     'extend_start_loc has 1 elements, 2 needed'),
+    (lambda: compute_positions(_i(1), _i(1), 1, extend_start_loc=torch.empty(1, dtype=torch.int64, device=DEV)),
+     'extend_start_loc must be int32'),
     (lambda: compute_positions(_i(1), _i(4), 4, out=torch.empty(3, dtype=torch.int64, device=DEV)), 'out has 3'),
     (lambda: compute_positions(_i(1), torch.ones(1, device=DEV), 1), 'extend_seq_lens must have an integer dtype'),
     (lambda: compute_positions(_i(1).float(), _i(1), 1), 'extend_prefix_lens must have an integer dtype'),

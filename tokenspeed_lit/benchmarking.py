@@ -14,10 +14,11 @@ from .core import (HAS_ACCEL, as_device, is_accel, synchronize, capture, new_eve
                                  record_event, wait_event, use_stream, copy_to)
 
 # %% auto #0
-__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_us', 'count_device_ops', 'Table', 'plot_lines', 'Stamp',
-           'forward_unit', 'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer',
-           'launch_cost_beside', 'bench_host_interference', 'bench_layerwise', 'host_tier_goals',
-           'engine_compute_positions', 'EngineInputBuffers', 'bench_host_overhead', 'bench_staging_contracts']
+__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_many', 'host_issue_us', 'count_device_ops', 'Table',
+           'plot_lines', 'Stamp', 'forward_unit', 'interference', 'check_round_trip', 'first_call_ratios',
+           'dma_transfer', 'launch_cost_beside', 'bench_host_interference', 'bench_layerwise', 'host_tier_goals',
+           'engine_compute_positions', 'EngineInputBuffers', 'bench_launch_parts', 'plot_launch_parts',
+           'bench_host_overhead', 'bench_staging_contracts']
 
 # %% ../nbs/90_benchmarking.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -77,6 +78,29 @@ def _wait(device):
     while not ev.query(): pass
 
 # %% ../nbs/90_benchmarking.ipynb #e5009aba
+def _issue_round(fn, device, iters: int, sync_each: bool, busy_us: float, burst: int) -> float:
+    "The median host time in seconds of `iters` timed calls of `fn()` (see `host_issue_us`)."
+    ts = []
+    for _ in range(iters):
+        _keep_busy(device, busy_us)
+        for _ in range(burst if busy_us else 1):
+            t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+        if sync_each or busy_us: _wait(device)
+    synchronize(device)
+    return statistics.median(ts)
+
+def host_issue_many(fns: dict, device=None, iters: int = 200, warmup: int = 20, sync_each: bool = False,
+                    busy_us: float = 0, burst: int = 1, rounds: int = 3) -> dict:
+    "`host_issue_us` of each of `fns` (name -> function), their rounds interleaved: one host state for all of them."
+    for fn in fns.values():
+        for _ in range(warmup): fn()
+    synchronize(device)
+    best = dict.fromkeys(fns, float('inf'))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            best[name] = min(best[name], _issue_round(fn, device, iters, sync_each, busy_us, burst))
+    return {name: 1e6 * t for name, t in best.items()}
+
 def host_issue_us(fn, device=None, iters: int = 200, warmup: int = 20, sync_each: bool = False,
                   busy_us: float = 0, burst: int = 1, rounds: int = 3) -> float:
     "Host time in µs to *issue* `fn()`: the median of `iters` timed calls, the best of `rounds` rounds."
@@ -84,19 +108,7 @@ def host_issue_us(fn, device=None, iters: int = 200, warmup: int = 20, sync_each
     # work that a queue full of earlier calls would block the host inside the call being timed.
     # busy_us: queue that long a spin on the current stream (untimed), then time `burst` calls issued behind it,
     # then wait: the calls are issued while the device is busy, as in an engine
-    for _ in range(warmup): fn()
-    synchronize(device)
-    best = float('inf')
-    for _ in range(rounds):
-        ts = []
-        for _ in range(iters):
-            _keep_busy(device, busy_us)
-            for _ in range(burst if busy_us else 1):
-                t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
-            if sync_each or busy_us: _wait(device)
-        synchronize(device)
-        best = min(best, statistics.median(ts))
-    return 1e6 * best
+    return host_issue_many({'fn': fn}, device, iters, warmup, sync_each, busy_us, burst, rounds)['fn']
 
 # %% ../nbs/90_benchmarking.ipynb #1d5e8601
 def count_device_ops(fn, device=None) -> dict | None:
@@ -628,6 +640,51 @@ def _as_arrays(fo):
     return dataclasses.replace(fo, **{f.name: np.asarray(getattr(fo, f.name)) for f in dataclasses.fields(fo)
                                       if isinstance(getattr(fo, f.name), list)})
 
+# %% ../nbs/90_benchmarking.ipynb #ed99f180
+def bench_launch_parts(device=None, B: int = 64, iters: int = 200, warmup: int = 20, seed: int = 0) -> list:
+    "Host µs of each part of one `compute_positions` call at batch `B`, and of the engine's call (`[{part, host_us}]`)."
+    from tokenspeed_lit.positions import compute_positions, positions_launch
+    device, rng = as_device(device), np.random.default_rng(seed)
+    i32 = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int32, device=device)
+    lens, prefix = i32(rng.integers(1, 64, B)), i32(rng.integers(0, 4096, B))
+    total = int(lens.sum())
+    out, start, x = (torch.empty(n, dtype=d, device=device) for n, d in ((total, torch.int64), (B, torch.int32),
+                                                                          (16, torch.int32)))
+    fl, grid, cx = positions_launch(B, total)
+    args = (lens, prefix, out, start, B, total)
+    compiled = fl.kernel[grid](*args, **cx)         # compiles if needed; None under the interpreter
+    parts = [('a Python call that does nothing', lambda: None),
+             ('torch.empty(64, int32)', lambda: torch.empty(B, dtype=torch.int32, device=device)),
+             ('one eager torch op (in-place add)', lambda: x.add_(1)),
+             ("Triton's kernel[grid](...)", lambda: fl.kernel[grid](*args, **cx))]
+    if compiled is not None and is_accel(device):
+        run, fn, meta, tail = compiled.run, compiled.function, compiled.packed_metadata, tuple(cx.values())
+        stream = torch.cuda.current_stream(device).cuda_stream
+        parts.append(("the compiled kernel's run(...)", lambda: run(*grid, 1, stream, fn, meta, None, None, None, *args, *tail)))
+        hit = fl.cache.get(fl.key(args, cx))
+        if hit is not None and hit[0] is not run:
+            launch, fn, lead, tail = hit
+            parts.append(('its C launch function, called straight', lambda: launch(*grid, 1, stream, fn, *lead, *args, *tail)))
+    parts += [('FastLaunch key (specialisation + device + constexprs)', lambda: fl.key(args, cx)),
+              ('FastLaunch(...)', lambda: fl(grid, *args, **cx)),
+              ('compute_positions(...) (checks, extend_start_loc, launch)', lambda: compute_positions(prefix, lens, total, out=out)),
+              ('compute_positions(..., extend_start_loc=buffer) (no allocation)',
+               lambda: compute_positions(prefix, lens, total, out=out, extend_start_loc=start)),
+              ("engine's compute_position_triton", lambda: engine_compute_positions(prefix, lens, total, out))]
+    t = host_issue_many(dict(parts), device, iters=iters, warmup=warmup)      # interleaved: one host state
+    return [dict(part=p, host_us=t[p]) for p, _ in parts]
+
+# %% ../nbs/90_benchmarking.ipynb #a18973b9
+def plot_launch_parts(parts: list, title: str = ''):
+    "Horizontal bars of `bench_launch_parts`' rows, each labelled with its host µs."
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(parts) + 0.6))
+    ax.barh(range(len(parts)), [p['host_us'] for p in parts], color='tab:blue')
+    ax.set_yticks(range(len(parts)), [p['part'] for p in parts], fontsize=7); ax.invert_yaxis()
+    for k, p in enumerate(parts): ax.text(p['host_us'], k, f" {p['host_us']:.1f}", va='center', fontsize=7)
+    ax.set_xlabel('host µs per call'); ax.set_title(title, fontsize=8); ax.grid(True, axis='x', alpha=.3)
+    plt.tight_layout(); plt.show()
+
 # %% ../nbs/90_benchmarking.ipynb #d16a074d
 def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: int = 0, small: bool = False) -> dict:
     "Host time per eager call of every public entry point, next to the engine's; see above. `small`: CPU-sized."
@@ -636,7 +693,7 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
     from tokenspeed_lit.fused_decode import fused_decode_input_prep
     from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
     device, rng = as_device(device), np.random.default_rng(seed)
-    t = lambda fn: host_issue_us(fn, device, iters=iters, warmup=warmup)
+    t = lambda **fns: host_issue_many(fns, device, iters=iters, warmup=warmup)   # interleaved rounds, one host state
     dev_i32 = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int32, device=device)
     rows = []
     for B in ((8, 64) if small else (8, 64, 512)):
@@ -645,9 +702,8 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
         out, out_e = torch.empty(total, dtype=torch.int64, device=device), torch.empty(total, dtype=torch.int64, device=device)
         ours, eng = compute_positions(prefix, lens, total, out=out), engine_compute_positions(prefix, lens, total, out_e)
         assert torch.equal(ours[0], eng[0]) and torch.equal(ours[1], eng[1]), 'compute_positions differs from the engine'
-        rows.append(dict(call='compute_positions', batch=B, engine_us=t(lambda: engine_compute_positions(prefix, lens, total, out_e)),
-                         host_us=t(lambda: compute_positions(prefix, lens, total, out=out))))
-    e64 = next(r['engine_us'] for r in rows if r['batch'] == 64)
+        rows.append(dict(call='compute_positions', batch=B, **t(engine_us=lambda: engine_compute_positions(prefix, lens, total, out_e),
+                                                               host_us=lambda: compute_positions(prefix, lens, total, out=out))))
     P, W, PAGE = 257, 64, 16
     table = dev_i32(rng.integers(1, 1 << 20, (P, W)))
     pools = torch.as_tensor(rng.permutation(P - 1)[:64] + 1, device=device)
@@ -656,11 +712,15 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
     loc = torch.empty(64 * 4, dtype=torch.int32, device=device)
     pos, seq = torch.empty(64 * 2, dtype=torch.int64, device=device), torch.empty(64, dtype=torch.int32, device=device)
     n_loc = int(lens.sum())                                   # read once here: inside the timed call it would sync
-    for name, fn in (('compute_out_cache_loc', lambda: compute_out_cache_loc(loc[:n_loc], pools, lens, start, table, PAGE)),
-                     ('compute_out_cache_loc_uniform', lambda: compute_out_cache_loc_uniform(loc, pools, 2, start, table, PAGE)),
-                     ('compute_out_cache_loc_sliding', lambda: compute_out_cache_loc_sliding(loc, pools, 2, start, table, PAGE)),
-                     ('fused_decode_input_prep', lambda: fused_decode_input_prep(loc[:128], pos, seq, pools, vcl, 2, table, PAGE))):
-        rows.append(dict(call=name, batch=64, engine_us=e64, host_us=t(fn)))
+    loc_n, loc_128 = loc[:n_loc], loc[:128]                   # the views an engine holds: made once, not per call
+    lens64, prefix64 = dev_i32(rng.integers(1, 64, 64)), dev_i32(rng.integers(0, 4096, 64))
+    out64 = torch.empty(int(lens64.sum()), dtype=torch.int64, device=device)
+    entries = dict(compute_out_cache_loc=lambda: compute_out_cache_loc(loc_n, pools, lens, start, table, PAGE),
+                   compute_out_cache_loc_uniform=lambda: compute_out_cache_loc_uniform(loc, pools, 2, start, table, PAGE),
+                   compute_out_cache_loc_sliding=lambda: compute_out_cache_loc_sliding(loc, pools, 2, start, table, PAGE),
+                   fused_decode_input_prep=lambda: fused_decode_input_prep(loc_128, pos, seq, pools, vcl, 2, table, PAGE))
+    us = t(engine=lambda: engine_compute_positions(prefix64, lens64, int(out64.numel()), out64), **entries)
+    rows += [dict(call=name, batch=64, engine_us=us['engine'], host_us=us[name]) for name in entries]   # the engine's, same rounds
     POOL, COLS, VOCAB = (64, 32, 1000) if small else (4096, 256, 128_000)
     MAX_BS, MAX_TOK = (16, 256) if small else (1024, 8192)
     rs = RuntimeStates(POOL, VOCAB, output_length=1, device=device)
@@ -681,14 +741,14 @@ def bench_host_overhead(device=None, iters: int = 200, warmup: int = 20, seed: i
                         ('req_pool_indices_buf', B)):
             assert torch.equal(getattr(ours, name)[:n], getattr(eng.b, name)[:n]), f'{call}: {name} differs from the engine'
         arr = _as_arrays(fo)
-        rows.append(dict(call=call, batch=B, engine_us=t(lambda: eng.fill_input_buffers(fo, rs, big, T)),
-                         host_us=t(lambda: ours.fill_input_buffers(fo, rs, big, T)),
-                         host_us_numpy=t(lambda: ours.fill_input_buffers(arr, rs, big, T)),
+        rows.append(dict(call=call, batch=B, **t(engine_us=lambda: eng.fill_input_buffers(fo, rs, big, T),
+                                                 host_us=lambda: ours.fill_input_buffers(fo, rs, big, T),
+                                                 host_us_numpy=lambda: ours.fill_input_buffers(arr, rs, big, T)),
                          host_us_after_sync=host_issue_us(lambda: ours.fill_input_buffers(fo, rs, big, T), device,
                                                           iters=max(1, iters // 4), warmup=2, sync_each=True)))
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, title='host time per eager call (us)',
-                rows=rows)
+                rows=rows, parts=bench_launch_parts(device, iters=iters, warmup=warmup, seed=seed))
 
 # %% ../nbs/90_benchmarking.ipynb #dea13482
 def _torch_slots(rows, lens, start, table, page_size: int, total: int, ring: int | None = None, dummy: int = 0):

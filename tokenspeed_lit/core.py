@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #fc53c635
 from __future__ import annotations
-import os, atexit, contextlib, gc, operator, queue, threading, weakref
+import os, atexit, contextlib, gc, inspect, operator, queue, threading, weakref
 from collections.abc import Callable, Sequence
 import numpy as np
 import torch
@@ -15,9 +15,9 @@ __all__ = ['HAS_ACCEL', 'OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'triton_interpreted
            'num_sms', 'host_empty', 'host_full', 'CompletedEvent', 'new_stream', 'current_stream', 'use_stream',
            'new_event', 'record_event', 'wait_event', 'synchronize', 'on_device', 'PendingEvent', 'BackgroundIssuer',
            'copy_to', 'copy_many', 'to_device_async', 'raw_stream', 'batch_dma_available', 'copy_batch', 'copy_2d',
-           'EventRing', 'FastLaunch', 'Captured', 'capture', 'dist_backend', 'dist_init', 'dist_all_reduce',
-           'dist_close', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_int_tensor', 'check_vectors',
-           'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
+           'EventRing', 'FastLaunch', 'cdiv', 'next_pow2', 'Captured', 'capture', 'dist_backend', 'dist_init',
+           'dist_all_reduce', 'dist_close', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_int_tensor',
+           'check_vectors', 'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
            'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/00_core.ipynb #fbfa34da
@@ -29,9 +29,11 @@ HAS_ACCEL: bool = torch.cuda.is_available()
 if not HAS_ACCEL: os.environ.setdefault('TRITON_INTERPRET', '1')
 
 # %% ../nbs/00_core.ipynb #dea80e95
+_INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'   # what Triton saw when this package's kernels were decorated
+
 def triton_interpreted() -> bool:
-    "True when Triton kernels run through the CPU interpreter instead of being compiled."
-    return os.environ.get('TRITON_INTERPRET', '0') == '1'
+    "True when this package's Triton kernels run through the CPU interpreter instead of being compiled."
+    return _INTERPRETED
 
 # %% ../nbs/00_core.ipynb #68e116e5
 def default_device() -> torch.device:
@@ -411,9 +413,9 @@ class FastLaunch:
     def __init__(self, kernel, **options):
         bad = set(options) - set(_LAUNCH_OPTIONS)
         if bad: raise ValueError(f'unknown launch options {sorted(bad)}; constexprs are passed at each call')
-        self.kernel, self.options, self.cache = kernel, options, {}
+        self.kernel, self.options, self.cache, self._kf = kernel, options, {}, None
         params = getattr(kernel, 'params', None)
-        if params is None:       # an interpreted kernel: every launch goes through kernel[grid]
+        if params is None or not _FAST:   # interpreted (or switched off): every launch goes through kernel[grid]
             self.nargs, self.constexprs, self.fixed, self._runtime = None, (), (), None
             return
         self.nargs = sum(not p.is_constexpr for p in params)
@@ -423,6 +425,7 @@ class FastLaunch:
         self.fixed = tuple(p.do_not_specialize for p in params[:self.nargs])
         import triton
         self._runtime = getattr(getattr(triton, 'knobs', None), 'runtime', None)   # launch hooks live here
+        self._device = getattr(torch._C, '_cuda_getDevice', torch.cuda.current_device)
 
     def __repr__(self): return f'FastLaunch({self.kernel.__name__}, {len(self.cache)} specialisations)'
 
@@ -440,12 +443,56 @@ def _spec_key(args, fixed) -> list | None:
         else: return None
     return key
 
+# %% ../nbs/00_core.ipynb #88e70ed2
+def _arg_kind(a) -> str | None:
+    "`'T'` a tensor, `'i'` an int, `'n'` None, `'b'` a bool; None for a kind `_spec_key` does not know."
+    t = type(a)
+    return 'T' if t is torch.Tensor else 'i' if t is int else 'n' if a is None else 'b' if t is bool else None
+
+def _key_source(kinds: str, fixed) -> str:
+    "Source of `key(args)`: `tuple(_spec_key(args, fixed))` for arguments of `kinds`, written out; None for others."
+    names = [f'a{i}' for i in range(len(kinds))]
+    tests, bits = [f'len(args) == {len(kinds)}'], []
+    for a, k, dont in zip(names, kinds, fixed):
+        if k == 'T': tests.append(f'type({a}) is T'); bits += [f'{a}.dtype', f'not {a}.data_ptr() & 15']
+        elif k == 'i':
+            tests.append(f'type({a}) is int')
+            bits.append(f'(0 if -2147483648 <= {a} < 2147483648 else 1 if {a} < 9223372036854775808 else 2)')
+            if not dont: bits += [f'{a} == 1', f'not {a} & 15']
+        else: tests.append(f'{a} is None' if k == 'n' else f'type({a}) is bool'); bits.append(a)
+    src = f'def key(args, T=torch.Tensor):\n    if not ({tests[0]}): return None\n'
+    if names: src += f'    {", ".join(names)}{"," if len(names) == 1 else ""} = args\n    if not ({" and ".join(tests[1:])}): return None\n'
+    return src + f'    return ({", ".join(bits)}{"," if len(bits) == 1 else ""})\n'
+
+def _key_fn(kinds: str, fixed):
+    "`key(args)` of `_key_source`, compiled."
+    scope = {'torch': torch}
+    exec(_key_source(kinds, fixed), scope)
+    return scope['key']
+
 # %% ../nbs/00_core.ipynb #b4378e19
+_DIRECT_LAYOUTS = ('3.6.',)   # Triton versions whose C launch function we call straight (checked on an H200)
+
+def _direct_launch(run):
+    "The C `launch` behind Triton 3.6's `CudaLauncher` `run`, when calling it straight is the same launch; else None."
+    import triton
+    call = getattr(getattr(type(run), '__call__', None), '__code__', None)
+    if (not triton.__version__.startswith(_DIRECT_LAYOUTS) or type(run).__name__ != 'CudaLauncher' or call is None
+            or call.co_argcount != 6 or not call.co_flags & inspect.CO_VARARGS          # (self, gx, gy, gz, stream, fn, *args)
+            or getattr(run, 'global_scratch_size', 1) or getattr(run, 'profile_scratch_size', 1)):   # nothing to allocate
+        return None
+    return getattr(run, 'launch', None)
+
 @patch
 def _launcher(self: FastLaunch, compiled, constexprs):
-    "`(run, function, metadata, constexpr values)` of a compiled kernel, or None when this Triton lays it out otherwise."
+    "`(launch, function, leading args, constexpr values)` of a compiled kernel; None when this Triton lays it out otherwise."
     if hasattr(compiled, 'result'): compiled = compiled.result()
-    try: return compiled.run, compiled.function, compiled.packed_metadata, tuple(constexprs[n] for n in self.constexprs)
+    try:
+        run, tail = compiled.run, tuple(constexprs[n] for n in self.constexprs)
+        launch = _direct_launch(run)
+        if launch is None: return run, compiled.function, (compiled.packed_metadata, None, None, None), tail
+        return (launch, compiled.function, (run.launch_cooperative_grid, run.launch_pdl, None, None,
+                                            compiled.packed_metadata, None, None, None), tail)
     except (AttributeError, KeyError): return None
 
 # %% ../nbs/00_core.ipynb #9b1de78e
@@ -455,37 +502,57 @@ def _hooked(hook) -> bool:
 
 # %% ../nbs/00_core.ipynb #bd601eaa
 @patch
-def _key(self: FastLaunch, args, constexprs):
-    if not _FAST or triton_interpreted() or len(args) != self.nargs: return None
-    if self._runtime is None or _hooked(self._runtime.launch_enter_hook) or _hooked(self._runtime.launch_exit_hook):
-        return None
-    bits = _spec_key(args, self.fixed)
-    return None if bits is None else (torch.cuda.current_device(), tuple(constexprs.items()), *bits)
+def key(self: FastLaunch, args: tuple, constexprs: dict):
+    "The cache key of a launch with `args` and `constexprs`; None when it must go through Triton's `kernel[grid]`."
+    rt = self._runtime
+    if rt is None: return None
+    h, g = rt.launch_enter_hook, rt.launch_exit_hook
+    if (h is not None and _hooked(h)) or (g is not None and _hooked(g)): return None
+    kf = self._kf
+    bits = kf(args) if kf is not None else None
+    if bits is None:                       # a pattern of argument kinds not seen first: the general loop
+        if len(args) != self.nargs: return None
+        bits = _spec_key(args, self.fixed)
+        if bits is None: return None
+        bits = tuple(bits)
+        if kf is None: self._kf = _key_fn(''.join(map(_arg_kind, args)), self.fixed)
+    return self._device(), tuple(constexprs.items()), bits
 
 # %% ../nbs/00_core.ipynb #3a90f9b6
+_GRID_TAIL = ((1, 1, 1), (1, 1), (1,), ())    # a grid of 0, 1, 2 or 3 ints, completed to three
+
 @patch
 def __call__(self: FastLaunch, grid, *args, stream=None, **constexprs):
     "Launch with `grid` (a tuple of up to 3 ints) on `stream` (None: the current stream); `constexprs` by name."
-    key = self._key(args, constexprs)
+    key = self.key(args, constexprs)
     hit = self.cache.get(key) if key is not None else None
     if hit is None:
         with use_stream(stream): compiled = self.kernel[grid](*args, **constexprs, **self.options)
         if key is not None and compiled is not None: self.cache[key] = self._launcher(compiled, constexprs)
         return
-    run, fn, meta, tail = hit
-    run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-        stream.cuda_stream if stream is not None else torch._C._cuda_getCurrentRawStream(key[0]),
-        fn, meta, None, None, None, *args, *tail)
+    launch, fn, lead, tail = hit
+    launch(*grid, *_GRID_TAIL[len(grid)],
+           stream.cuda_stream if stream is not None else torch._C._cuda_getCurrentRawStream(key[0]),
+           fn, *lead, *args, *tail)
 
 # %% ../nbs/00_core.ipynb #664f587e
 @patch
 def warmup(self: FastLaunch, grid, *args, **constexprs):
     "Compile (and load) the specialisation of `args` without launching it; nothing under the interpreter."
-    key = self._key(args, constexprs)
+    key = self.key(args, constexprs)
     if key is None or key in self.cache: return self
     compiled = self.kernel.warmup(*args, grid=grid, **constexprs, **self.options)
     self.cache[key] = self._launcher(compiled, constexprs)
     return self
+
+# %% ../nbs/00_core.ipynb #edae2f3d
+def cdiv(a: int, b: int) -> int:
+    "`ceil(a / b)` for ints (`triton.cdiv` without its constexpr wrapper)."
+    return -(-a // b)
+
+def next_pow2(n: int) -> int:
+    "The smallest power of two >= `n` for n >= 1 (0 for 0), as `triton.next_power_of_2`."
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 # %% ../nbs/00_core.ipynb #47c39a0d
 class Captured:
@@ -613,12 +680,13 @@ def check_vectors(**vectors) -> tuple[int, int]:
     for name, t in vectors.items():                      # one pass, cheap attributes only: this is per-step code
         if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
         if t.dtype not in _INT_DTYPES: raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
-        if t.dim() != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(t.shape)}')
-        k, d = t.numel(), t.get_device()
+        s = t.shape
+        if len(s) != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(s)}')
+        k, d = s[0], t.get_device()
         if first is None: n, dev, first = k, d, name
         elif k != n: raise ValueError(f'lengths disagree: len({first})={n}, len({name})={k}')
         elif d != dev: raise ValueError(f'tensors on different devices: {first} on {vectors[first].device}, {name} on {t.device}')
-    if dev is not None and dev < 0 and not triton_interpreted():
+    if dev is not None and dev < 0 and not _INTERPRETED:
         raise ValueError(f'{first} is on the CPU: compiled Triton kernels need GPU tensors')
     return n, dev
 

@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
                                  new_event, synchronize, capture as _capture,   # first: it decides TRITON_INTERPRET
                                  check_int, check_out, int_list, InputTypeError,
-                                 device_checks_enabled, check_values, check_unique)
+                                 device_checks_enabled, check_values, check_unique, cdiv, next_pow2)
 import triton
 import triton.language as tl
 from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, MAX_TOKENS,
@@ -88,17 +88,19 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
                             table_order: str = 'pool'):
     "KV slots, positions and `cache + L` sequence lengths of a decode batch, reading each cached length once; one launch."
     batch, dev = check_vectors(req_pool_indices=req_pool_indices)
-    num_pool, _ = check_vectors(valid_cache_lengths=valid_cache_lengths)
-    for name, t in (('req_pool_indices', req_pool_indices), ('valid_cache_lengths', valid_cache_lengths)):
-        if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
-        if t.get_device() != dev: raise ValueError(f'{name} is on {t.device}, req_pool_indices on {req_pool_indices.device}')
+    num_pool, vdev = check_vectors(valid_cache_lengths=valid_cache_lengths)
+    if vdev != dev:
+        raise ValueError(f'valid_cache_lengths is on {valid_cache_lengths.device}, req_pool_indices on {req_pool_indices.device}')
+    if not req_pool_indices.is_contiguous(): raise ValueError('req_pool_indices must be contiguous')
+    if not valid_cache_lengths.is_contiguous(): raise ValueError('valid_cache_lengths must be contiguous')
     check_int_tensor('req_to_page', req_to_page, ndim=2)
-    if 0 in req_to_page.shape:
-        raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(req_to_page.shape)}')
+    rows, cols = shape = req_to_page.shape
+    if not rows or not cols:
+        raise ValueError(f'req_to_page must have at least one row and one column, got shape {tuple(shape)}')
     if req_to_page.get_device() != dev: raise ValueError(f'req_to_page is on {req_to_page.device}, the inputs are not')
     by_batch = is_batch_order(table_order)
-    if by_batch and req_to_page.shape[0] < batch:
-        raise ValueError(f"req_to_page has {req_to_page.shape[0]} rows, {batch} needed (table_order='batch')")
+    if by_batch and rows < batch:
+        raise ValueError(f"req_to_page has {rows} rows, {batch} needed (table_order='batch')")
     page_size = check_positive('page_size', page_size)
     L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=MAX_TOKENS)
     check_out('out_cache_loc', out_cache_loc, batch * L, device=dev)
@@ -107,15 +109,15 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
     bits = 8 * out_cache_loc.element_size() - 1
     dummy_slot = check_int('dummy_slot', dummy_slot, -2**bits, 2**bits - 1)
     if device_checks_enabled():
-        rows = valid_cache_lengths.numel() if by_batch else min(valid_cache_lengths.numel(), req_to_page.shape[0])
-        check_values('req_pool_indices', req_pool_indices, lo=0, hi=rows)
+        ok_rows = num_pool if by_batch else min(num_pool, rows)
+        check_values('req_pool_indices', req_pool_indices, lo=0, hi=ok_rows)
         check_unique('pool row', req_pool_indices)
         check_values('valid_cache_lengths', valid_cache_lengths[req_pool_indices.long()], lo=0, index=req_pool_indices)
     if batch:
-        LP = triton.next_power_of_2(max(L, 1))
+        LP = next_pow2(max(L, 1))
         R = max(1, min(128, 1024 // LP))
-        _decode_prep((triton.cdiv(batch, R),), out_cache_loc, positions, seq_lens_out, req_pool_indices,
-                     valid_cache_lengths, batch, L, num_pool, req_to_page, *req_to_page.stride(), *req_to_page.shape,
+        _decode_prep((cdiv(batch, R),), out_cache_loc, positions, seq_lens_out, req_pool_indices,
+                     valid_cache_lengths, batch, L, num_pool, req_to_page, *req_to_page.stride(), rows, cols,
                      page_size, dummy_slot, BATCH_ROWS=by_batch, R=R, LP=LP)
     return out_cache_loc, positions, seq_lens_out
 
@@ -329,7 +331,7 @@ class FusedDecodeStep:
         self._views = (slab.view(torch.int32), slab.view(torch.int64), slab.view(torch.bool))
         self._dev = buffers.scratch                                  # the device staging area: the slab's first bytes
         self._slots = [self._host[s] for s in range(3)]              # views made once: a step slices nothing
-        self.grid = (max(triton.cdiv(self.max_bs, _ROWS), triton.cdiv(self.max_num_tokens, 4 * _TILE)),)
+        self.grid = (max(cdiv(self.max_bs, _ROWS), cdiv(self.max_num_tokens, 4 * _TILE)),)
         self._structs, self._hdr = {}, struct.Struct('=10i')
         o = buffers.offsets
         mamba = [o.get(n, 0) for n in _MAMBA_BUFS]
@@ -384,7 +386,7 @@ def _bind(self: FusedDecodeStep, cache_lengths, input_map, ready, vocab_size, ta
     self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
     self._seen = np.zeros(self.num_pool, dtype=np.int32)   # scratch of the duplicate check: one entry per pool row
     self._args = (*self._views, cache_lengths, input_map, ready, table)     # the launch arguments, built once
-    self._wp = triton.next_power_of_2(self.width)
+    self._wp = next_pow2(self.width)
     self._capture_ring()
 
 # %% ../nbs/03_fused_decode.ipynb #09e63726

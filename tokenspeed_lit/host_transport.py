@@ -10,7 +10,7 @@ import numpy as np
 from fastcore.basics import patch
 from .core import (is_accel, to_device_async, synchronize, host_full, copy_to, copy_batch, copy_2d,
                                  new_event, new_stream, record_event, wait_event, use_stream, capture, num_sms, check_positive,
-                                 FastLaunch)
+                                 FastLaunch, cdiv)
 from .host_mirror import Transport, TRANSPORTS, FlatHostMirror
 import triton
 import triton.language as tl
@@ -86,7 +86,7 @@ def launch(self: _PageCopier, ids: torch.Tensor, group: tuple[int, ...], to_bloc
            stream=None):
     "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
     first, nt = self.position[group[0]], len(group)
-    parts = max(1, min(triton.cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
+    parts = max(1, min(cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
     grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
     _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
                self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,

@@ -133,6 +133,10 @@ def _mamba_lists(self: InputBuffers, op, batch):
 
 _PREFILL_LISTS = ('input_ids', 'shifted_input_ids', 'prefill_lengths')
 
+def _count(seq, v) -> int:
+    "How many entries of `seq` (a list or a 1-D integer numpy array) equal `v`: one C pass either way."
+    return seq.count(v) if type(seq) is list else int(np.count_nonzero(seq == v))
+
 # %% ../nbs/04_input_buffers.ipynb #37bd4321
 @patch
 def _check_step(self: InputBuffers, op, total_tokens, width):
@@ -140,7 +144,7 @@ def _check_step(self: InputBuffers, op, total_tokens, width):
     try: batch = len(op.request_ids)
     except TypeError: raise InputTypeError(f'request_ids must be a sequence, got {type(op.request_ids).__name__}') from None
     pools = int_seq('request_pool_indices', op.request_pool_indices)     # packed as is: an array is not converted
-    lens = int_list('input_lengths', op.input_lengths)
+    lens = int_seq('input_lengths', op.input_lengths)           # an array stays one until a decode step is ruled out
     if len(pools) != batch or len(lens) != batch:
         raise ValueError(f'per-request lists disagree: len(request_ids)={batch}, '
                          f'len(request_pool_indices)={len(pools)}, len(input_lengths)={len(lens)}')
@@ -155,11 +159,12 @@ def _check_step(self: InputBuffers, op, total_tokens, width):
             v = getattr(op, name)
             if v is not None and len(v):
                 raise ValueError(f'{name} has {len(v)} entries, but the step has no prefill row (extend_prefix_lens is empty)')
-        if lens.count(width) == batch:             # the decode fast path: all lengths equal, so the sum is known
+        if _count(lens, width) == batch:           # the decode fast path: all lengths equal, so the sum is known
             if total_tokens != batch * width:
                 raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={batch * width}')
             return batch, num_extends, pools, lens
-    elif min(lens[:num_extends]) < 0:
+    if type(lens) is not list: lens = lens.tolist()   # a mixed step: the checks below and the packing take a list
+    if num_extends and min(lens[:num_extends]) < 0:
         i = next(i for i, n in enumerate(lens[:num_extends]) if n < 0)
         raise ValueError(f'input_lengths[{i}] = {lens[i]}: a prefill row cannot have a negative length')
     if lens[num_extends:].count(width) != batch - num_extends:

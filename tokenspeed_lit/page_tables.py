@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 from fastcore.basics import patch
 from .core import (OUT_DTYPES, InputTypeError, as_device, check_int, check_int_tensor,
-                                 check_kernel_device, check_values, device_checks_enabled, FastLaunch)
+                                 check_kernel_device, check_values, device_checks_enabled, FastLaunch, cdiv)
 
 # %% auto #0
 __all__ = ['expand_page_table_ref', 'expand_page_table', 'DraftPageTable']
@@ -59,7 +59,7 @@ _expand = FastLaunch(_expand_kernel)
 # %% ../nbs/09_page_tables.ipynb #4b52fd68
 def _expand_grid(out_rows: int, out_width: int):
     "Blocks of `_ER` rows; up to `_MAX_SPLIT` programs per block along the columns."
-    return triton.cdiv(out_rows, _ER), max(1, min(triton.cdiv(out_width, _EC), _MAX_SPLIT))
+    return cdiv(out_rows, _ER), max(1, min(cdiv(out_width, _EC), _MAX_SPLIT))
 
 # %% ../nbs/09_page_tables.ipynb #204a8f81
 def _check_table_out(name: str, out, rows: int, device: int) -> torch.Tensor:

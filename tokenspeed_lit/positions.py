@@ -7,15 +7,15 @@ from __future__ import annotations
 import torch
 from .core import (check_int_tensor, check_capacity, check_positive, check_int,
                                  check_out, check_vectors, device_checks_enabled, check_values, check_unique,
-                                 check_same_len, FastLaunch, InputTypeError)
+                                 check_same_len, FastLaunch, InputTypeError, cdiv, next_pow2)
 import triton
 import triton.language as tl
 
 # %% auto #0
-__all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'kv_slot_ref', 'compute_out_cache_loc_ref',
-           'is_batch_order', 'compute_out_cache_loc', 'launch_positions_and_slots', 'compute_positions_and_slots',
-           'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups',
-           'compute_out_cache_loc_groups_ref']
+__all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'positions_launch', 'kv_slot_ref',
+           'compute_out_cache_loc_ref', 'is_batch_order', 'compute_out_cache_loc', 'launch_positions_and_slots',
+           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding',
+           'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -178,23 +178,24 @@ def _ragged_grid(batch: int, total_tokens: int, max_split: int = 4096):
 
 # %% ../nbs/01_positions.ipynb #73bf996b
 def compute_positions(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, total_tokens: int,
-                      out: torch.Tensor | None = None):
+                      out: torch.Tensor | None = None, extend_start_loc: torch.Tensor | None = None):
     "Positions (int64) of requests laid out back to back, and each request's start (int32); one linear-time launch."
     batch, dev = check_vectors(extend_prefix_lens=extend_prefix_lens, extend_seq_lens=extend_seq_lens)
     total_tokens = check_int('total_tokens', total_tokens, lo=0, hi=MAX_TOKENS)
-    device = extend_seq_lens.device
-    if out is None: out = torch.empty(total_tokens, dtype=torch.int64, device=device)
+    if out is None: out = extend_seq_lens.new_empty(total_tokens, dtype=torch.int64)
     else: check_out('out', out, total_tokens, dtypes=(torch.int64,), device=dev)
+    if extend_start_loc is not None: start = check_out('extend_start_loc', extend_start_loc, batch, (torch.int32,), dev)
+    elif extend_seq_lens.dtype is torch.int32: start = torch.empty_like(extend_seq_lens)   # the cheapest allocation
+    else: start = extend_seq_lens.new_empty(batch, dtype=torch.int32)
     if device_checks_enabled(): _check_ragged_values(extend_seq_lens, 'extend_seq_lens', total_tokens, 'total_tokens',
                                                      prefix=('extend_prefix_lens', extend_prefix_lens))
-    start = torch.empty(batch, dtype=torch.int32, device=device)
     if batch and total_tokens:
         lens, prefix = extend_seq_lens.contiguous(), extend_prefix_lens.contiguous()
         _positions(_ragged_grid(batch, total_tokens), lens, prefix, out, start, batch, total_tokens,
                    R=_R, C=_C, CHUNK=_CHUNK)
-    elif batch: start.zero_()
+    elif batch: start[:batch].zero_()
     elif total_tokens: out[:total_tokens].zero_()        # no request: all padding
-    return (out if out.numel() == total_tokens else out[:total_tokens]), start
+    return (out if out.numel() == total_tokens else out[:total_tokens]), (start if start.numel() == batch else start[:batch])
 
 # %% ../nbs/01_positions.ipynb #0b21a6a4
 def _check_ragged_values(lens, lens_name, total, total_name, prefix=None, pool=None, rows=None):
@@ -206,6 +207,11 @@ def _check_ragged_values(lens, lens_name, total, total_name, prefix=None, pool=N
         check_unique('pool row', pool)
     n = int(lens.long().sum())
     if n > total: raise ValueError(f'{lens_name} add up to {n} tokens, more than {total_name}={total}')
+
+# %% ../nbs/01_positions.ipynb #e395c6a0
+def positions_launch(batch: int, total_tokens: int):
+    "`(FastLaunch, grid, constexprs)` of `compute_positions` for `batch` requests and `total_tokens` tokens, unchecked."
+    return _positions, _ragged_grid(batch, total_tokens), dict(R=_R, C=_C, CHUNK=_CHUNK)
 
 # %% ../nbs/01_positions.ipynb #b140b47b
 def kv_slot_ref(req_to_page: torch.Tensor, pool: torch.Tensor, position: torch.Tensor, page_size: int,
@@ -349,9 +355,9 @@ def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache
             check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
             check_unique('pool row', req_pool_indices)
     if batch and L:
-        LP = triton.next_power_of_2(L)
+        LP = next_pow2(L)
         R = max(1, min(128, 1024 // LP))
-        _uniform((triton.cdiv(batch, R),), req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page,
+        _uniform((cdiv(batch, R),), req_pool_indices.contiguous(), cache_start.contiguous(), req_to_page,
                  out_cache_loc, batch, L, *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
                  SLIDING=sliding, BATCH_ROWS=by_batch, R=R, LP=LP)
     return out_cache_loc
