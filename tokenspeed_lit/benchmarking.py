@@ -4,7 +4,7 @@
 
 # %% ../nbs/90_benchmarking.ipynb #a942890f
 from __future__ import annotations
-import json, math, platform, statistics, time
+import json, math, platform, re, statistics, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -151,13 +151,17 @@ class Table:
 def _cells(self: Table): return [[_fmt(r.get(c)) for c in self.cols] for r in self.rows]
 
 # %% ../nbs/90_benchmarking.ipynb #1092ff6b
+def _md_text(s: str) -> str:
+    "`s` with Markdown's special characters escaped: a cell `kernel[grid](...)` must not become a link."
+    return re.sub(r'([\\`*_\[\]|<>])', r'\\\1', s)
+
 @patch
 def _repr_markdown_(self: Table):
     head = f"**{self.title}** — " if self.title else ''
     e = self.env
     lines = [f"{head}{e['device']}, torch {e['torch']}, triton {e['triton']}", '',
              '| ' + ' | '.join(self.cols) + ' |', '|' + '---|' * len(self.cols)]
-    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in self._cells()])
+    return '\n'.join(lines + ['| ' + ' | '.join(map(_md_text, r)) + ' |' for r in self._cells()])
 
 # %% ../nbs/90_benchmarking.ipynb #f3909ac6
 @patch

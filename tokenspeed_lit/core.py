@@ -450,7 +450,7 @@ def _arg_kind(a) -> str | None:
     return 'T' if t is torch.Tensor else 'i' if t is int else 'n' if a is None else 'b' if t is bool else None
 
 def _key_source(kinds: str, fixed) -> str:
-    "Source of `key(args)`: `tuple(_spec_key(args, fixed))` for arguments of `kinds`, written out; None for others."
+    "Source of `key(args)`: `tuple(_spec_key(args, fixed))` written out for arguments of `kinds` (None for any others)."
     names = [f'a{i}' for i in range(len(kinds))]
     tests, bits = [f'len(args) == {len(kinds)}'], []
     for a, k, dont in zip(names, kinds, fixed):
