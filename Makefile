@@ -14,7 +14,8 @@ STAMP :=
 endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
 NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
-RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
+# bench/ (the benchmarks, not installed) is imported from the repository root by the notebooks that run them
+RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
 
 .PHONY: help install test check-export nbtest pytest demo bench readme docs docs-serve outputs clean
 
@@ -38,11 +39,14 @@ install: $(STAMP)
 # nbdev_export and nbdev_clean must be no-ops: the package and the notebooks agree and are committed clean.
 check-export: $(STAMP)
 	@$(PY) tools/check_noop.py -- $(BIN)/nbdev_export
+	@$(PY) tools/check_noop.py -- $(PY) tools/export_bench.py
 	@$(PY) tools/check_noop.py -- $(BIN)/nbdev_clean
+	@$(PY) tools/check_noop.py -- $(BIN)/nbdev_clean --fname bench
 	@$(PY) tools/check_noop.py -- $(PY) tools/nb2md.py --no-quarto nbs/index.ipynb README.md
 
 nbtest: $(STAMP)
 	@$(RUN) time $(BIN)/nbdev_test --n_workers 2 --timing
+	@$(RUN) time $(BIN)/nbdev_test --path bench --n_workers 2 --timing
 
 pytest: $(STAMP)
 	@$(RUN) $(PY) -m pytest -q tests/

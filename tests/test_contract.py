@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from tokenspeed_lit.core import default_device, synchronize, InputTypeError
+from tokenspeed_lit.device import default_device
+from tokenspeed_lit.streams import synchronize
+from tokenspeed_lit.contract import InputTypeError
 from tokenspeed_lit.positions import compute_positions, compute_out_cache_loc
 from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers
 from tokenspeed_lit.kv_pool import PagedKVPool
@@ -92,8 +94,8 @@ def test_work_follows_the_output_not_the_lengths():
 
 
 def test_debug_mode_from_the_environment():
-    code = ('import torch\nfrom tokenspeed_lit import core\nfrom tokenspeed_lit.positions import compute_positions\n'
-            'print(core.CHECK_DEVICE_VALUES)\nd = core.default_device()\n'
+    code = ('import torch\nfrom tokenspeed_lit import contract, device\nfrom tokenspeed_lit.positions import compute_positions\n'
+            'print(contract.CHECK_DEVICE_VALUES)\nd = device.default_device()\n'
             'try: compute_positions(torch.tensor([0], device=d), torch.tensor([-2], device=d), 1)\n'
             'except ValueError as e: print(e)\n')
     env = {k: v for k, v in os.environ.items() if k != 'TOKENSPEED_LIT_CHECK'}

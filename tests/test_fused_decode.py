@@ -12,7 +12,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device, synchronize, host_full, device_value_checks
+from tokenspeed_lit.device import default_device, host_full
+from tokenspeed_lit.streams import synchronize
+from tokenspeed_lit.contract import device_value_checks
 from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
                                          FusedDecodeStep, decode_step_ref, staging_layout)
 from tokenspeed_lit.padding import PaddedBuffers

@@ -8,11 +8,14 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from tokenspeed_lit.core import HAS_ACCEL, default_device, synchronize, new_stream, wait_event, use_stream
+from tokenspeed_lit.device import HAS_ACCEL, default_device
+from tokenspeed_lit.streams import synchronize, new_stream, wait_event, use_stream
 from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
 from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks, _pieces
-from tokenspeed_lit.core import capture, to_device_async, copy_2d, host_full
+from tokenspeed_lit.device import host_full
+from tokenspeed_lit.copies import to_device_async, copy_2d
+from tokenspeed_lit.graphs import capture
 import numpy as np
 
 DEV = default_device()
@@ -48,7 +51,7 @@ def randomise(m, g):
 
 def payload(m):
     "The host bytes that belong to tensors (alignment padding between slices, if any, is nobody's)."
-    return [hb.clone() for hb in m._host_bytes]
+    return [hb.clone() for hb in m.host_bytes]
 
 
 @st.composite
@@ -178,7 +181,7 @@ def test_fenced_load_in_columns_equals_the_reference(hosts, cap, min_run):
         for d, _h in pairs:
             assert torch.equal(t[d * 2:d * 2 + 2].view(torch.uint8), w[d * 2:d * 2 + 2].view(torch.uint8))
     s, copies = sorted(hosts), 0
-    group_cap = st_._group_copier(0, m._groups[0])[1]
+    group_cap = st_._group_copier(0, m.fence_tensor_groups[0])[1]
     for c0, c1 in _chunks(len(s), group_cap, small_last=True, ramp=False):
         chunk = s[c0:c1]
         runs = np.split(chunk, np.flatnonzero(np.diff(chunk) != 1) + 1)
@@ -203,7 +206,7 @@ def test_page_copy_kernel_moves_only_valid_pairs(seed, claimed, pairs):
     for d, h in pairs[:max(0, min(claimed, len(pairs)))]:
         if 0 <= d < m.num_device_pages and 0 <= h < m.num_host_pages:
             for t, (o, n) in enumerate(zip(m.layout.offsets, m.layout.slice_bytes)):
-                want[1 + h, o:o + n] = m._dev_bytes[t][d].to(want.device)
+                want[1 + h, o:o + n] = m.dev_bytes[t][d].to(want.device)
     assert torch.equal(block, want)
 
 
@@ -282,7 +285,7 @@ def test_gpu_host_pages_are_pinned_and_default_is_a_kernel_transport():
     pool = PagedKVPool(3, 4, 2, 2, 8, device=DEV)
     m = FlatHostMirror(pool, 2)
     assert m.host_pages.is_pinned()
-    from tokenspeed_lit.host_mirror import ACCEL_TRANSPORT
+    from tokenspeed_lit.host_transport import ACCEL_TRANSPORT
     assert m.transport == ACCEL_TRANSPORT
 
 

@@ -40,7 +40,38 @@ def test_no_private_names_across_modules():
            for mod, names in _imports(p) for n in names if n.startswith('_') and not n.startswith('__')]
     assert not bad, f'modules importing private names of others: {bad}'
 
-def test_the_package_registers_every_transport():
-    import tokenspeed_lit.host_mirror as hm
-    assert {'slices', 'index', 'zero_copy', 'staged'} <= set(hm.TRANSPORTS)
-    assert hm.ACCEL_TRANSPORT in hm.TRANSPORTS
+def test_the_mirror_module_alone_knows_every_transport():
+    "A fresh process that imports only host_mirror can make a mirror with each transport: nothing registers later."
+    import subprocess, sys
+    code = ('import tokenspeed_lit.host_mirror as hm, tokenspeed_lit.host_transport as ht\n'
+            'assert hm.TRANSPORTS is ht.TRANSPORTS\n'
+            'print(sorted(hm.TRANSPORTS), ht.ACCEL_TRANSPORT in hm.TRANSPORTS)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split('\n')[0] == "['index', 'slices', 'staged', 'zero_copy'] True", out.stdout + out.stderr
+
+
+def test_no_module_makes_names_through_globals():
+    "A name a reader searches for is written where it is defined: no `globals()[...] = ...` in the package."
+    bad = []
+    for p in PKG.glob('*.py'):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Subscript) and isinstance(t.value, ast.Call)
+                    and getattr(t.value.func, 'id', None) in ('globals', 'vars', 'locals') for t in node.targets):
+                bad.append(f'{p.name}:{node.lineno}')
+    assert not bad, f'names made through globals(): {bad}'
+
+
+def test_header_constants_are_the_field_indices():
+    import tokenspeed_lit.fused_decode as fd
+    consts = {k: v.value for k, v in vars(fd).items() if k.startswith('H_')}
+    assert consts == {'H_' + n.upper(): i for i, n in enumerate(fd._FIELDS)}
+
+
+def test_no_benchmark_code_in_the_package():
+    "The installed package holds what an engine imports: timing lives in bench/, and no module imports it."
+    assert not (PKG / 'benchmarking.py').exists()
+    users = [p.name for p in PKG.glob('*.py') for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, (ast.Import, ast.ImportFrom))
+             and any((getattr(node, 'module', None) or a.name).split('.')[0] == 'bench' for a in node.names)]
+    assert not users, f'package modules importing bench: {users}'

@@ -10,7 +10,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device, synchronize, device_value_checks
+from tokenspeed_lit.device import default_device
+from tokenspeed_lit.streams import synchronize
+from tokenspeed_lit.contract import device_value_checks
 from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
 from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
                                     dummy_decode_seq_len, clamp_token_ids_)

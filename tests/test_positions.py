@@ -9,7 +9,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.core import default_device, device_value_checks
+from tokenspeed_lit.device import default_device
+from tokenspeed_lit.contract import device_value_checks
 from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
                                       compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots)
@@ -278,7 +279,7 @@ def test_debug_mode_accepts_good_values():
 
 # --- issue 16: batch-ordered tables, several KV groups in one launch, one hole policy on every path ---------------
 
-from tokenspeed_lit.core import HAS_ACCEL
+from tokenspeed_lit.device import HAS_ACCEL
 from tokenspeed_lit.positions import (compute_out_cache_loc_groups, compute_out_cache_loc_groups_ref,
                                       _groups_kernel)
 

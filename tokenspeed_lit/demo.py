@@ -8,9 +8,10 @@ import argparse, json, math, os, random, socket, statistics, sys, tempfile, time
 from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
-from .core import (default_device, synchronize, capture, new_stream, triton_interpreted,
-                                 dist_init, dist_all_reduce, dist_close)
-from .benchmarking import env_line
+from .device import default_device, triton_interpreted, describe
+from .streams import synchronize, new_stream
+from .graphs import capture
+from .ranks import dist_init, dist_all_reduce, dist_close
 from .padding import pick_capture_size, PAD_TOKEN_ID
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
 from .positions import compute_out_cache_loc_groups
@@ -689,7 +690,7 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
-    print(f'tokenspeed_lit serving demo on {env_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
+    print(f'tokenspeed_lit serving demo on {describe()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
     print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
           f'captured batch sizes {list(cfg.capture_sizes)}')
     t0 = time.time()

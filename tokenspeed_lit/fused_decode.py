@@ -9,10 +9,11 @@ import weakref
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import (FastLaunch, check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, host_full,
-                                 new_event, synchronize, capture as _capture,   # first: it decides TRITON_INTERPRET
-                                 check_int, check_out, int_list, InputTypeError,
-                                 device_checks_enabled, check_values, check_unique, cdiv, next_pow2)
+from .device import host_full
+from .streams import new_event, synchronize
+from .launch import FastLaunch, cdiv, next_pow2
+from .graphs import capture as _capture
+from .contract import check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, check_int, check_out, int_list, InputTypeError, device_checks_enabled, check_values, check_unique
 import triton
 import triton.language as tl
 from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, MAX_TOKENS,
@@ -20,9 +21,17 @@ from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cac
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
-__all__ = ['PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA', 'PAD_POSITION',
-           'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep', 'staging_layout',
-           'FusedDecodeStep', 'applied_overrides', 'apply_overrides_ref', 'decode_step_ref']
+__all__ = ['H_BATCH', 'H_NUM_EXTENDS', 'H_PREFILL_TOKENS', 'H_WIDTH', 'H_TOTAL_TOKENS', 'H_HAS_OVERRIDE', 'H_HAS_MAMBA_DATA',
+           'H_DUMMY_ROWS', 'H_DUMMY_SEQ_LEN', 'H_SHIFTED_AT', 'H_MAX_BS', 'H_MAX_NUM_TOKENS', 'H_VOCAB_SIZE',
+           'H_NUM_POOL', 'H_FIM_STRIDE', 'H_FIM_WIDTH', 'H_TABLE_STRIDE0', 'H_TABLE_STRIDE1', 'H_TABLE_ROWS',
+           'H_TABLE_COLS', 'H_PAGE_SIZE', 'H_DUMMY_KV_SLOT', 'H_STATE_WRITE_PAD', 'H_PAD_TOKEN_ID',
+           'H_HAS_MAMBA_BUFFERS', 'H_O_INPUT_IDS', 'H_O_SHIFTED', 'H_O_INPUT_LENGTHS', 'H_O_OUT_CACHE_LOC',
+           'H_O_SEQ_LENS', 'H_O_EXTEND_PREFIX', 'H_O_EXTEND_SEQ', 'H_O_MAMBA0', 'H_O_MAMBA1', 'H_O_MAMBA2',
+           'H_O_MAMBA3', 'H_O_POSITIONS', 'H_O_MROPE', 'H_O_REQ_POOL', 'H_O_STATE_WRITE', 'H_O_FORCE', 'H_S_POOL',
+           'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START', 'H_STAGED',
+           'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA',
+           'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep',
+           'staging_layout', 'FusedDecodeStep', 'applied_overrides', 'apply_overrides_ref', 'decode_step_ref']
 
 # %% ../nbs/03_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
@@ -174,7 +183,66 @@ def _stage_copy(dst: torch.Tensor, src: torch.Tensor):
     _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, AT=_STAGED, BLOCK=_STAGE_BLOCK)
 
 # %% ../nbs/03_fused_decode.ipynb #e0075b11
-for _i, _name in enumerate(_FIELDS): globals()['H_' + _name.upper()] = tl.constexpr(_i)   # H_BATCH = 0, ...
+# written every step
+H_BATCH = tl.constexpr(0)
+H_NUM_EXTENDS = tl.constexpr(1)
+H_PREFILL_TOKENS = tl.constexpr(2)
+H_WIDTH = tl.constexpr(3)
+H_TOTAL_TOKENS = tl.constexpr(4)
+H_HAS_OVERRIDE = tl.constexpr(5)
+H_HAS_MAMBA_DATA = tl.constexpr(6)
+H_DUMMY_ROWS = tl.constexpr(7)
+H_DUMMY_SEQ_LEN = tl.constexpr(8)
+H_SHIFTED_AT = tl.constexpr(9)
+
+# written when the step is bound to its runtime state (or built)
+H_MAX_BS = tl.constexpr(10)
+H_MAX_NUM_TOKENS = tl.constexpr(11)
+H_VOCAB_SIZE = tl.constexpr(12)
+H_NUM_POOL = tl.constexpr(13)
+H_FIM_STRIDE = tl.constexpr(14)
+H_FIM_WIDTH = tl.constexpr(15)
+H_TABLE_STRIDE0 = tl.constexpr(16)
+H_TABLE_STRIDE1 = tl.constexpr(17)
+H_TABLE_ROWS = tl.constexpr(18)
+H_TABLE_COLS = tl.constexpr(19)
+H_PAGE_SIZE = tl.constexpr(20)
+H_DUMMY_KV_SLOT = tl.constexpr(21)
+H_STATE_WRITE_PAD = tl.constexpr(22)
+H_PAD_TOKEN_ID = tl.constexpr(23)
+H_HAS_MAMBA_BUFFERS = tl.constexpr(24)
+
+# %% ../nbs/03_fused_decode.ipynb #f2861c27
+# offsets of the buffers in the slab (elements of each buffer's dtype)
+H_O_INPUT_IDS = tl.constexpr(25)
+H_O_SHIFTED = tl.constexpr(26)
+H_O_INPUT_LENGTHS = tl.constexpr(27)
+H_O_OUT_CACHE_LOC = tl.constexpr(28)
+H_O_SEQ_LENS = tl.constexpr(29)
+H_O_EXTEND_PREFIX = tl.constexpr(30)
+H_O_EXTEND_SEQ = tl.constexpr(31)
+H_O_MAMBA0 = tl.constexpr(32)
+H_O_MAMBA1 = tl.constexpr(33)
+H_O_MAMBA2 = tl.constexpr(34)
+H_O_MAMBA3 = tl.constexpr(35)
+H_O_POSITIONS = tl.constexpr(36)
+H_O_MROPE = tl.constexpr(37)
+H_O_REQ_POOL = tl.constexpr(38)
+H_O_STATE_WRITE = tl.constexpr(39)
+H_O_FORCE = tl.constexpr(40)
+
+# offsets of the staging sections (int32 elements from the header), the staged count, the table order
+H_S_POOL = tl.constexpr(41)
+H_S_OVERRIDE = tl.constexpr(42)
+H_S_MAMBA = tl.constexpr(43)
+H_S_LENGTHS = tl.constexpr(44)
+H_S_EXTEND_PREFIX = tl.constexpr(45)
+H_S_IDS = tl.constexpr(46)
+H_S_CACHE_START = tl.constexpr(47)
+H_STAGED = tl.constexpr(48)
+H_TABLE_BATCH_ORDER = tl.constexpr(49)
+
+# %% ../nbs/03_fused_decode.ipynb #b74dfe44
 _PAD = {r.name: r.value for r in PADDING}
 PAD_INPUT_LENGTH, PAD_SEQ_LEN = tl.constexpr(_PAD['input_lengths_buf']), tl.constexpr(_PAD['seq_lens_buf'])
 PAD_REQ_POOL, PAD_EXTEND = tl.constexpr(_PAD['req_pool_indices_buf']), tl.constexpr(_PAD['extend_seq_lens_buf'])
@@ -182,8 +250,16 @@ PAD_MAMBA, PAD_POSITION = tl.constexpr(_PAD['mamba_pool_indices_buf']), tl.const
 
 # %% ../nbs/03_fused_decode.ipynb #5e391820
 @triton.jit
-def _request_rows(s32, s64, cache_len_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
-                  S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ):
+def _request_rows(s32, s64,              # int32 / int64 views of the slab: staging sections and output buffers
+                  cache_len_ptr,         # int32 [NPOOL]: valid_cache_lengths
+                  rows,                  # int32 [64]: the batch rows this program owns (live, prefill or padding)
+                  B, E, L,               # int32: live rows, prefill rows among them (first), decode verify width
+                  MAX_BS, NPOOL,         # int32: rows of every per-request buffer; rows of the request pool
+                  drows, dseq,           # int32: a dummy decode's first `drows` rows get sequence length `dseq`
+                  pad_sw,                # int64: the padding value of state_write_pool_indices
+                  S_POOL, S_LEN, S_EPRE, S_CSTART,   # staging offsets: pool indices, lengths, prefixes, KV starts out
+                  O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ):   # buffer offsets: req_pool / state_write (int64),
+                                         # input_lengths, seq_lens, extend_prefix_lens, extend_seq_lens (int32)
     "Per-request buffers of `rows` (live, prefill, padding); returns each row's `(pool64, ok, cache)`."
     in_bs, live = rows < MAX_BS, rows < B
     pf = live & (rows < E)                     # a prefill row (prefill rows come first)
@@ -205,7 +281,13 @@ def _request_rows(s32, s64, cache_len_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, 
 
 # %% ../nbs/03_fused_decode.ipynb #fd2c65bd
 @triton.jit
-def _mamba_rows(s32, rows, live, in_bs, has_mamba_data, has_mamba_buffers, MAX_BS, S_MAMBA, O_MAMBA0):
+def _mamba_rows(s32,                     # int32 view of the slab
+                rows, live, in_bs,       # int32 / bool / bool [64]: rows, a live row, a row inside max_bs
+                has_mamba_data,          # bool [64]: the step staged Mamba indices
+                has_mamba_buffers,       # bool [64]: the buffers have Mamba index buffers to fill
+                MAX_BS,                  # int32: rows of each Mamba buffer (and of each staged section)
+                S_MAMBA,                 # staging offset of the four Mamba sections, MAX_BS ints each
+                O_MAMBA0):               # header offset of the four buffers' slab offsets (H_O_MAMBA0 .. 3)
     "The four Mamba index buffers of `rows`: the given indices for live rows, `PAD_MAMBA` for the rest."
     for k in tl.static_range(4):
         mv = tl.load(s32 + S_MAMBA + k * MAX_BS + rows, mask=live & has_mamba_data, other=PAD_MAMBA)
@@ -213,9 +295,22 @@ def _mamba_rows(s32, rows, live, in_bs, has_mamba_data, has_mamba_buffers, MAX_B
 
 # %% ../nbs/03_fused_decode.ipynb #762ba497
 @triton.jit
-def _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, dec, in_bs, has_override,
-                 E, L, P, VOCAB, FSTRIDE, W, TS0, TS1, TROWS, TCOLS, PAGE, DUMMY, BROWS,
-                 S_OVR, O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC, WP: tl.constexpr):
+def _decode_rows(s32, s64, s8,            # int32 / int64 / int8 views of the slab
+                 input_map_ptr,          # int32 [NPOOL, FSTRIDE]: future_input_map, rewritten in place by overrides
+                 ready_ptr,              # bool [NPOOL]: remote_spec_candidate_ready, cleared by overrides
+                 table_ptr,              # int32/int64 [TROWS, TCOLS]: req_to_page, pool- or batch-ordered
+                 rows, pool64, ok, cache,   # [64]: rows; their pool index (int64), a valid pool row, cached length
+                 dec, in_bs,             # bool [64]: a live decode row; a row inside max_bs
+                 has_override,           # bool [64]: the step staged overrides
+                 E, L, P,                # int32: prefill rows, verify width, prefill tokens (decode tokens start there)
+                 VOCAB,                  # int32: token ids are clamped into [0, VOCAB)
+                 FSTRIDE, W,             # future_input_map's row stride (int64) and width (columns verified)
+                 TS0, TS1, TROWS, TCOLS,   # the page table's strides (int64) and shape
+                 PAGE, DUMMY, BROWS,     # page size, the dummy KV slot, 1 when the table is batch-ordered
+                 S_OVR,                  # staging offset of the overrides
+                 O_FORCE, O_IDS, O_SHIFT, O_POS, O_LOC,   # buffer offsets: force_single_token_verify (int8),
+                                         # input_ids, shifted_input_ids, positions (int64), out_cache_loc
+                 WP: tl.constexpr):      # W rounded up to a power of two
     "Overrides, token ids, positions and KV slots of the decode rows among `rows`."
     d = rows - E                                         # index among the decode rows
     j = tl.arange(0, WP)[None, :]
@@ -244,8 +339,13 @@ def _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, rows, pool64
 
 # %% ../nbs/03_fused_decode.ipynb #05817aaf
 @triton.jit
-def _token_tiles(s32, s64, pid, G, P, T, MAX_TOK, VOCAB, PAD_ID, DUMMY, S_IDS, shifted_at,
-                 O_IDS, O_SHIFT, O_POS, O_LOC, O_MROPE):
+def _token_tiles(s32, s64,               # int32 / int64 views of the slab
+                 pid, G,                 # this program and the number of programs: tiles pid, pid + G, ...
+                 P, T, MAX_TOK,          # int32: prefill tokens, the step's tokens, the token buffers' length
+                 VOCAB, PAD_ID, DUMMY,   # int32: vocabulary (ids clamped into it), padding token id, dummy KV slot
+                 S_IDS, shifted_at,      # staging offsets of the prefill token ids and of the shifted ids
+                 O_IDS, O_SHIFT, O_POS, O_LOC, O_MROPE):   # buffer offsets: input_ids, shifted_input_ids,
+                                         # positions (int64), out_cache_loc, mrope_positions (int64, 3 rows)
     "Prefill token ids (tiles `pid`, `pid + G`, ...), then every token buffer's padding past `total_tokens`."
     t_ar = tl.arange(0, 256)
     for t0 in range(pid * 256, P, G * 256):
@@ -602,7 +702,7 @@ def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int,
 
 # %% ../nbs/03_fused_decode.ipynb #46532157
 @patch
-def issue_mixed(self: FusedDecodeStep, req_pool_indices: list, prefill_lengths: list, extend_prefix_lens: list,
+def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_lengths: list, extend_prefix_lens: list,
                 input_ids, shifted_input_ids, width: int, total_tokens: int, decode_input_ids=None, mamba=None):
     "Pack and launch a step whose first `len(extend_prefix_lens)` rows are prefill rows (lists already checked)."
     layout, num_extends, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)

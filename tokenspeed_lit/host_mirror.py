@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import (is_accel, host_full, use_stream, record_event, copy_to, check_positive,
-                                 check_int_tensor, check_same_device, new_stream, wait_event, on_device,
-                                 BackgroundIssuer, PendingEvent, EventRing)
+from .device import is_accel, host_full, on_device
+from .streams import use_stream, record_event, new_stream, wait_event, BackgroundIssuer, PendingEvent, EventRing
+from .copies import copy_to
+from .contract import check_positive, check_int_tensor, check_same_device
+from .host_transport import TRANSPORTS, default_transport
 
 # %% auto #0
-__all__ = ['TRANSPORTS', 'ACCEL_TRANSPORT', 'flat_bytes_per_host_page', 'Transport', 'SliceTransport', 'IndexTransport',
-           'default_transport', 'FlatHostMirror']
+__all__ = ['flat_bytes_per_host_page', 'FlatHostMirror']
 
 # %% ../nbs/06_host_mirror.ipynb #70147e91
 def _identity_dedup(tensors) -> list[torch.Tensor]:
@@ -101,85 +102,6 @@ def flat_bytes_per_host_page(pool) -> int:
     "Bytes one host page of a `FlatHostMirror` of `pool` takes, computed from the pool alone (nothing allocated)."
     return _plan(pool).page_bytes
 
-# %% ../nbs/06_host_mirror.ipynb #af4f45e3
-class Transport:
-    "Issues a mirror's copies. Subclasses implement `run`; `default_fence_groups` None means one group per tensor."
-    name, default_fence_groups = '', None
-    def __init__(self, mirror: FlatHostMirror): self.mirror = mirror
-
-# %% ../nbs/06_host_mirror.ipynb #483ac99b
-@patch
-def warmup(self: Transport):
-    "Do now whatever a first call would otherwise do mid-serving (compile kernels, capture graphs); returns self."
-    return self
-
-# %% ../nbs/06_host_mirror.ipynb #4ad31ec9
-@patch
-def run(self: Transport, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
-    "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
-    raise NotImplementedError
-
-# %% ../nbs/06_host_mirror.ipynb #7317e21e
-@patch
-def move(self: Transport, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream,
-         on_group=None) -> list:
-    "Run the copies on `stream`; with `events`, one event per tensor (recorded after its group), else `None`."
-    # on_group(i, event): called as soon as group i's event is recorded (a background call hands it on at once)
-    m = self.mirror
-    out: list = [None] * len(m.tensor_pairs)
-    def done(i: int):
-        if not events: return
-        ev = record_event(stream, m.device)
-        for t in groups[i]: out[t] = ev
-        if on_group is not None: on_group(i, ev)
-    with use_stream(stream):
-        if len(pages): self.run(pages, to_host, groups, done)
-        else:
-            for i in range(len(groups)): done(i)
-    return out if events else None
-
-# %% ../nbs/06_host_mirror.ipynb #b68d39fe
-class SliceTransport(Transport):
-    "One copy per (tensor, page): the seed's mechanism and the reference for every other transport."
-    name = 'slices'
-    def run(self, pages, to_host, groups, done):
-        m = self.mirror
-        dps, hps = pages[:, 0].tolist(), pages[:, 1].tolist()
-        for gi, group in enumerate(groups):
-            for t in group:
-                dv, hv = m._dev_bytes[t], m._host_bytes[t]
-                for d, h in zip(dps, hps):
-                    if to_host: copy_to(hv[h], dv[d])
-                    else: copy_to(dv[d], hv[h])
-            done(gi)
-
-# %% ../nbs/06_host_mirror.ipynb #929c1c5d
-class IndexTransport(Transport):
-    "Pools in host memory: one gather and one scatter per tensor (no per-page Python loop)."
-    name = 'index'
-    def __init__(self, mirror):
-        if is_accel(mirror.device):
-            raise ValueError("transport 'index' needs the pool in host memory; use 'slices' or a GPU transport")
-        super().__init__(mirror)
-    def run(self, pages, to_host, groups, done):
-        m = self.mirror
-        d, h = torch.from_numpy(np.ascontiguousarray(pages[:, 0])), torch.from_numpy(np.ascontiguousarray(pages[:, 1]))
-        for gi, group in enumerate(groups):
-            for t in group:
-                dv, hv = m._dev_bytes[t], m._host_bytes[t]
-                if to_host: hv.index_copy_(0, h, dv.index_select(0, d))
-                else: dv.index_copy_(0, d, hv.index_select(0, h))
-            done(gi)
-
-TRANSPORTS: dict[str, type[Transport]] = {'slices': SliceTransport, 'index': IndexTransport}
-ACCEL_TRANSPORT = 'staged'
-"The transport a mirror of a GPU pool uses unless told otherwise: chosen by the benchmark of `07_host_transport`."
-
-# %% ../nbs/06_host_mirror.ipynb #da1125fa
-def default_transport(device) -> str:
-    "The default transport name for a pool on `device`."
-    return ACCEL_TRANSPORT if is_accel(device) else 'index'
-
 # %% ../nbs/06_host_mirror.ipynb #6bdb2c1d
 class FlatHostMirror:
     "Pinned host copy of a paged device KV pool: each distinct device tensor once, moved by (device, host) page pairs."
@@ -193,58 +115,48 @@ class FlatHostMirror:
         if self.num_device_pages < 1: raise ValueError('the pool has fewer rows than one page')
         self._bounds = np.array([self.num_device_pages, self.num_host_pages], dtype=np.uint64)   # for `_pages`
         self.host_pages = host_full((self.num_host_pages, plan.page_bytes), 0, torch.uint8)
-        self._host_bytes = tuple(self.host_pages[:, o:o + n] for o, n in zip(plan.offsets, plan.slice_bytes))
-        self._dev_bytes = tuple(t.view(-1).view(torch.uint8)[:self.num_device_pages * n].view(self.num_device_pages, n)
-                                for t, n in zip(plan.tensors, plan.slice_bytes))
+        self.host_bytes = tuple(self.host_pages[:, o:o + n] for o, n in zip(plan.offsets, plan.slice_bytes))
+        self.dev_bytes = tuple(t.view(-1).view(torch.uint8)[:self.num_device_pages * n].view(self.num_device_pages, n)
+                               for t, n in zip(plan.tensors, plan.slice_bytes))
         self.tensor_pairs = tuple(
             (t, hb.view(t.dtype).view(self.num_host_pages, s, *t.shape[1:]))
-            for t, s, hb in zip(plan.tensors, plan.spans, self._host_bytes))
+            for t, s, hb in zip(plan.tensors, plan.spans, self.host_bytes))
         self.row_spans = plan.spans
         self.issue_order = plan.order
         self._issuer = self._issue_stream = None   # the background thread, made by the first background call
+        self._fence_request = fence_groups
         self.transport = transport if transport is not None else default_transport(self.device)
-        self.fence_groups = fence_groups
+
+    @property
+    def transport(self) -> str:
+        "Name of the transport that moves this mirror's bytes (a key of `TRANSPORTS`); assign a name to change it."
+        return self._transport.name
+
+    @transport.setter
+    def transport(self, name: str):
+        if name not in TRANSPORTS: raise ValueError(f'transport must be one of {sorted(TRANSPORTS)}, got {name!r}')
+        if self._issuer is not None: self._issuer.drain()     # queued calls finish on the transport they were made for
+        self._transport = TRANSPORTS[name](self)
+        self.fence_groups = self._fence_request                # the transport's default may have changed
+
+    @property
+    def fence_groups(self) -> int:
+        "How many events `load_pages_with_events` records: tensors are fenced in this many groups, in issue order."
+        return len(self.fence_tensor_groups)
+
+    @fence_groups.setter
+    def fence_groups(self, k: int | None):
+        self._fence_request = k
+        n, units = len(self.tensor_pairs), self.layout.units
+        k = self._transport.default_fence_groups if k is None else check_positive('fence_groups', k)
+        if k is None or k >= n: self.fence_tensor_groups = [(i,) for i in self.issue_order]     # one group per tensor
+        else:                                         # never split what one layer adds, unless asked for per tensor
+            k, u = min(k, len(units)), len(units)
+            self.fence_tensor_groups = [sum(units[i * u // k:(i + 1) * u // k], ()) for i in range(k)]
 
     def __repr__(self):
         return (f'FlatHostMirror({len(self.tensor_pairs)} tensors, {self.num_host_pages} host pages of '
                 f'{self.layout.page_bytes} bytes, transport {self.transport!r}, {self.fence_groups} fence groups)')
-
-# %% ../nbs/06_host_mirror.ipynb #06b1ef73
-def _transport_class(name: str) -> type[Transport]:
-    "The registered transport called `name`; a `ValueError` naming the registered ones for any other."
-    if name not in TRANSPORTS:
-        raise ValueError(f'transport must be one of {sorted(TRANSPORTS)}, got {name!r}')
-    return TRANSPORTS[name]
-
-# %% ../nbs/06_host_mirror.ipynb #498d9555
-@patch(as_prop=True)
-def transport(self: FlatHostMirror) -> str:
-    "Name of the transport that moves this mirror's bytes (see `TRANSPORTS`); assign a name to change it."
-    return self._transport.name
-
-# %% ../nbs/06_host_mirror.ipynb #471734d2
-@patch(set_prop=True)
-def transport(self: FlatHostMirror, name: str):
-    if self._issuer is not None: self._issuer.drain()     # queued calls finish on the transport they were made for
-    self._transport = _transport_class(name)(self)
-    if getattr(self, '_fence_request', 'unset') != 'unset': self.fence_groups = self._fence_request
-
-# %% ../nbs/06_host_mirror.ipynb #8dcaf898
-@patch(as_prop=True)
-def fence_groups(self: FlatHostMirror) -> int:
-    "How many events `load_pages_with_events` records: tensors are fenced in this many groups, in issue order."
-    return len(self._groups)
-
-# %% ../nbs/06_host_mirror.ipynb #74d59212
-@patch(set_prop=True)
-def fence_groups(self: FlatHostMirror, k: int | None):
-    self._fence_request = k
-    n, units = len(self.tensor_pairs), self.layout.units
-    k = self._transport.default_fence_groups if k is None else check_positive('fence_groups', k)
-    if k is None or k >= n: self._groups = [(i,) for i in self.issue_order]     # one group per tensor
-    else:                                         # never split what one layer adds, unless asked for per tensor
-        k, u = min(k, len(units)), len(units)
-        self._groups = [sum(units[i * u // k:(i + 1) * u // k], ()) for i in range(k)]
 
 # %% ../nbs/06_host_mirror.ipynb #ba5e4079
 @patch
@@ -320,7 +232,7 @@ def _pages(self: FlatHostMirror, pairs, to_host: bool) -> np.ndarray:
 # %% ../nbs/06_host_mirror.ipynb #6340dda6
 @patch
 def _move(self: FlatHostMirror, pairs, stream, to_host: bool, events: bool, background: bool = False):
-    pages, groups = self._pages(pairs, to_host), (self._groups if events else [self.issue_order])
+    pages, groups = self._pages(pairs, to_host), (self.fence_tensor_groups if events else [self.issue_order])
     if background: return self._submit(pages, to_host, groups, events, stream)
     if self._issuer is not None: self._issuer.drain()   # calls are issued in call order, by one thread at a time
     return self._transport.move(pages, to_host, groups, events, stream)

@@ -8,15 +8,82 @@ import math
 import torch
 import numpy as np
 from fastcore.basics import patch
-from .core import (is_accel, to_device_async, synchronize, host_full, copy_to, copy_batch, copy_2d,
-                                 new_event, new_stream, record_event, wait_event, use_stream, capture, num_sms, check_positive,
-                                 FastLaunch, cdiv)
-from .host_mirror import Transport, TRANSPORTS, FlatHostMirror
+from .device import is_accel, host_full, num_sms
+from .streams import synchronize, new_event, new_stream, record_event, wait_event, use_stream
+from .copies import to_device_async, copy_to, copy_batch, copy_2d
+from .launch import FastLaunch, cdiv
+from .graphs import capture
+from .contract import check_positive
 import triton
 import triton.language as tl
 
 # %% auto #0
-__all__ = ['page_ids', 'ZeroCopyTransport', 'StagedTransport']
+__all__ = ['TRANSPORTS', 'ACCEL_TRANSPORT', 'Transport', 'SliceTransport', 'IndexTransport', 'page_ids', 'ZeroCopyTransport',
+           'StagedTransport', 'default_transport']
+
+# %% ../nbs/07_host_transport.ipynb #af4f45e3
+class Transport:
+    "Issues a mirror's copies. Subclasses implement `run`; `default_fence_groups` None means one group per tensor."
+    name, default_fence_groups = '', None
+    def __init__(self, mirror): self.mirror = mirror
+
+    def warmup(self) -> Transport:
+        "Do now whatever a first call would otherwise do mid-serving (compile kernels, capture graphs); returns self."
+        return self
+
+    def run(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], done):
+        "Copy `pages` ([n, 2] int64 on the host) for each group of tensor indices, calling `done(i)` after group i."
+        raise NotImplementedError
+
+    def move(self, pages: np.ndarray, to_host: bool, groups: list[tuple[int, ...]], events: bool, stream,
+             on_group=None) -> list:
+        "Run the copies on `stream`; with `events`, one event per tensor (recorded after its group), else `None`."
+        # on_group(i, event): called as soon as group i's event is recorded (a background call hands it on at once)
+        m = self.mirror
+        out: list = [None] * len(m.tensor_pairs)
+        def done(i: int):
+            if not events: return
+            ev = record_event(stream, m.device)
+            for t in groups[i]: out[t] = ev
+            if on_group is not None: on_group(i, ev)
+        with use_stream(stream):
+            if len(pages): self.run(pages, to_host, groups, done)
+            else:
+                for i in range(len(groups)): done(i)
+        return out if events else None
+
+# %% ../nbs/07_host_transport.ipynb #b68d39fe
+class SliceTransport(Transport):
+    "One copy per (tensor, page): the seed's mechanism and the reference for every other transport."
+    name = 'slices'
+    def run(self, pages, to_host, groups, done):
+        m = self.mirror
+        dps, hps = pages[:, 0].tolist(), pages[:, 1].tolist()
+        for gi, group in enumerate(groups):
+            for t in group:
+                dv, hv = m.dev_bytes[t], m.host_bytes[t]
+                for d, h in zip(dps, hps):
+                    if to_host: copy_to(hv[h], dv[d])
+                    else: copy_to(dv[d], hv[h])
+            done(gi)
+
+# %% ../nbs/07_host_transport.ipynb #929c1c5d
+class IndexTransport(Transport):
+    "Pools in host memory: one gather and one scatter per tensor (no per-page Python loop)."
+    name = 'index'
+    def __init__(self, mirror):
+        if is_accel(mirror.device):
+            raise ValueError("transport 'index' needs the pool in host memory; use 'slices' or a GPU transport")
+        super().__init__(mirror)
+    def run(self, pages, to_host, groups, done):
+        m = self.mirror
+        d, h = torch.from_numpy(np.ascontiguousarray(pages[:, 0])), torch.from_numpy(np.ascontiguousarray(pages[:, 1]))
+        for gi, group in enumerate(groups):
+            for t in group:
+                dv, hv = m.dev_bytes[t], m.host_bytes[t]
+                if to_host: hv.index_copy_(0, h, dv.index_select(0, d))
+                else: dv.index_copy_(0, d, hv.index_select(0, h))
+            done(gi)
 
 # %% ../nbs/07_host_transport.ipynb #288be3c4
 @triton.jit(do_not_specialize=['first', 'n_tensors', 'parts', 'page_units', 'max_pairs', 'dev_pages', 'blk_pages'])
@@ -57,7 +124,7 @@ class _PageCopier:
     "The page-copy kernel bound to a mirror's tensors and one page-major block (pinned host pages or device staging)."
     block_words, max_parts, programs_per_sm = 2048, 16, 8
 
-    def __init__(self, mirror: FlatHostMirror, block: torch.Tensor, span: tuple[int, int] | None = None):
+    def __init__(self, mirror, block: torch.Tensor, span: tuple[int, int] | None = None):
         "`span=(lo, hi)`: the block's pages hold bytes `[lo, hi)` of each host page (one fence group's slices)."
         order, plan = mirror.issue_order, mirror.layout
         lo, hi = (0, plan.page_bytes) if span is None else span
@@ -80,17 +147,15 @@ class _PageCopier:
         self.position = {i: k for k, i in enumerate(order)}
         self.programs = self.programs_per_sm * num_sms(mirror.device)
 
-# %% ../nbs/07_host_transport.ipynb #7214891f
-@patch
-def launch(self: _PageCopier, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None,
-           stream=None):
-    "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
-    first, nt = self.position[group[0]], len(group)
-    parts = max(1, min(cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
-    grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
-    _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
-               self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,
-               stream=stream, TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
+    def launch(self, ids: torch.Tensor, group: tuple[int, ...], to_block: bool, n_pairs: int | None = None,
+               stream=None):
+        "Copy tensors `group` (consecutive in issue order) of the pairs in `ids` (`page_ids`, on the block's device)."
+        first, nt = self.position[group[0]], len(group)
+        parts = max(1, min(cdiv(max(self.words[first:first + nt]), self.block_words), self.max_parts))
+        grid = self.programs if n_pairs is None else max(1, min(self.programs, n_pairs * nt * parts))
+        _page_copy((grid,), self.anchor, self.block, self.base, self.units, self.block_off, ids, first, nt, parts,
+                   self.page_units, (ids.numel() - 1) // 2, self.dev_pages, self.block_pages,
+                   stream=stream, TO_BLOCK=to_block, VEC=self.vec, BLOCK=self.block_words)
 
 # %% ../nbs/07_host_transport.ipynb #3a82989f
 def _pack_ids(out: np.ndarray, pages: np.ndarray) -> np.ndarray:
@@ -120,14 +185,12 @@ class ZeroCopyTransport(Transport):
     name, default_fence_groups = 'zero_copy', 8
     pairs_per_call, max_slots = 512, 8
 
-    def __init__(self, mirror: FlatHostMirror):
+    def __init__(self, mirror):
         super().__init__(mirror)
         if is_accel(mirror.device) and not mirror.host_pages.is_pinned():
             raise ValueError("transport 'zero_copy' needs pinned host pages")
         self.copier = _PageCopier(mirror, mirror.host_pages)
         self.set_pairs_per_call(self.pairs_per_call)
-
-TRANSPORTS['zero_copy'] = ZeroCopyTransport
 
 # %% ../nbs/07_host_transport.ipynb #f2d90b3f
 @patch
@@ -192,7 +255,7 @@ def warmup(self: ZeroCopyTransport):
     m = self.mirror
     for slot in self._slots:
         for to_host, groups, events in ((True, [m.issue_order], False), (False, [m.issue_order], False),
-                                        (False, m._groups, True)):
+                                        (False, m.fence_tensor_groups, True)):
             key = (to_host, tuple(groups) if events else None)
             if key not in slot.calls: slot.calls[key] = self._capture(slot, to_host, groups, events)
     return self
@@ -266,7 +329,7 @@ class StagedTransport(Transport):
     dma_piece_bytes = 128 << 10       # the most one DMA piece moves (None: a whole run); see `_dma`
     min_column_pages = 4              # a fenced load's runs this long go as one 2-D copy (None: never); `_dma_columns`
 
-    def __init__(self, mirror: FlatHostMirror):
+    def __init__(self, mirror):
         super().__init__(mirror)
         self.copy_stream = new_stream(mirror.device)
         self.kernel_stream = new_stream(mirror.device, priority=-100)    # clamped to the highest priority
@@ -410,9 +473,17 @@ def warmup(self: StagedTransport):
     slot = self.ids.stage(np.empty((0, 2), np.int64), ks)
     for b, copier in enumerate(self.copiers):
         for to_block in (True, False): copier.launch(self.ids.dev[slot], tuple(m.issue_order), to_block, 0, ks)
-        for group in m._groups: self._group_copier(b, group)[0].launch(self.ids.dev[slot], group, False, 0, ks)
+        for group in m.fence_tensor_groups: self._group_copier(b, group)[0].launch(self.ids.dev[slot], group, False, 0, ks)
     copy_batch(self.staging[0], [0], m.host_pages, [0], [1], self.copy_stream)
     synchronize(m.device)
     return self
 
-TRANSPORTS['staged'] = StagedTransport
+# %% ../nbs/07_host_transport.ipynb #af8df661
+TRANSPORTS: dict[str, type[Transport]] = {'slices': SliceTransport, 'index': IndexTransport,
+                                          'zero_copy': ZeroCopyTransport, 'staged': StagedTransport}
+ACCEL_TRANSPORT = 'staged'
+"The transport a mirror of a GPU pool uses unless told otherwise: chosen by the benchmark below."
+
+def default_transport(device) -> str:
+    "The default transport name for a pool on `device`."
+    return ACCEL_TRANSPORT if is_accel(device) else 'index'

@@ -9,8 +9,8 @@ from operator import attrgetter
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .core import (as_device, check_positive, check_int, int_list, int_seq, InputTypeError,
-                                 device_checks_enabled)
+from .device import as_device
+from .contract import check_positive, check_int, int_list, int_seq, InputTypeError, device_checks_enabled
 from .positions import compute_positions_and_slots, launch_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep, applied_overrides
@@ -204,7 +204,7 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     if overrides is not None and len(overrides) != batch - num_extends:
         raise ValueError(f'decode_input_ids has {len(overrides)} entries for {batch - num_extends} decode rows')
     overrides = applied_overrides(overrides)
-    step.issue_mixed(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
+    step.issue_with_prefill(pools, lens[:num_extends], prefix, ids, shifted, width, total_tokens, overrides, mamba)
     if prefill and device_checks_enabled():      # debug mode: the checked call, which reads the staged values
         compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf,
                                     *(v[:num_extends] for v in self._prefill_rows), req_to_page, step.page_size,

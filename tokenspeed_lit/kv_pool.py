@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 import torch
 from fastcore.basics import patch
-from .core import as_device, check_positive, check_int
+from .device import as_device
+from .contract import check_positive, check_int
 
 # %% auto #0
 __all__ = ['PagedKVPool']

@@ -7,7 +7,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 import torch
-from .core import as_device, check_positive, check_int
+from .device import as_device
+from .contract import check_positive, check_int
 
 # %% auto #0
 __all__ = ['PAD_TOKEN_ID', 'PADDING', 'PadRule', 'padding_values', 'reset_tail', 'PaddedBuffers', 'clamp_token_ids_',

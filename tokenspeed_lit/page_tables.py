@@ -8,8 +8,9 @@ import torch
 import triton
 import triton.language as tl
 from fastcore.basics import patch
-from .core import (OUT_DTYPES, InputTypeError, as_device, check_int, check_int_tensor,
-                                 check_kernel_device, check_values, device_checks_enabled, FastLaunch, cdiv)
+from .device import as_device
+from .launch import FastLaunch, cdiv
+from .contract import OUT_DTYPES, InputTypeError, check_int, check_int_tensor, check_kernel_device, check_values, device_checks_enabled
 
 # %% auto #0
 __all__ = ['expand_page_table_ref', 'expand_page_table', 'DraftPageTable']
@@ -102,30 +103,26 @@ class DraftPageTable:
     def __repr__(self):
         return f'DraftPageTable(max_bs={self.max_bs}, width={self.width}, ratio={self.ratio}, {self.table.dtype})'
 
-# %% ../nbs/09_page_tables.ipynb #816d1ab5
-@patch
-def publish(self: DraftPageTable, table: torch.Tensor, padded_bs: int | None = None,
-            req_pool_indices: torch.Tensor | None = None) -> torch.Tensor:
-    "Write the batch's `table` (expanded by `ratio`) into rows `[0, bs)`, zeros into `[bs, padded_bs)`; one launch."
-    check_int_tensor('table', table, ndim=2)
-    if req_pool_indices is not None: check_int_tensor('req_pool_indices', req_pool_indices, ndim=1)
-    bs = table.shape[0] if req_pool_indices is None else req_pool_indices.shape[0]
-    padded_bs = check_int('padded_bs', bs if padded_bs is None else padded_bs, lo=bs, hi=self.max_bs)
-    if table.shape[1] * self.ratio > self.width:
-        raise ValueError(f'table has {table.shape[1]} columns: {table.shape[1] * self.ratio} expanded, more than '
-                         f'the draft table width {self.width}')
-    check_kernel_device(table=table, req_pool_indices=req_pool_indices, draft_table=self.table)
-    if device_checks_enabled(): self._check_publish(table, req_pool_indices)
-    if padded_bs:
-        gather = req_pool_indices is not None
-        _expand(_expand_grid(padded_bs, self.width), table, req_pool_indices if gather else table, self.table,
-                bs, padded_bs, table.shape[0], table.shape[1], self.width, self.ratio, *table.stride(),
-                *self.table.stride(), GATHER=gather, R=_ER, C=_EC)
-    return self.table[:padded_bs]
+    def publish(self, table: torch.Tensor, padded_bs: int | None = None,
+                req_pool_indices: torch.Tensor | None = None) -> torch.Tensor:
+        "Write the batch's `table` (expanded by `ratio`) into rows `[0, bs)`, zeros into `[bs, padded_bs)`; one launch."
+        check_int_tensor('table', table, ndim=2)
+        if req_pool_indices is not None: check_int_tensor('req_pool_indices', req_pool_indices, ndim=1)
+        bs = table.shape[0] if req_pool_indices is None else req_pool_indices.shape[0]
+        padded_bs = check_int('padded_bs', bs if padded_bs is None else padded_bs, lo=bs, hi=self.max_bs)
+        if table.shape[1] * self.ratio > self.width:
+            raise ValueError(f'table has {table.shape[1]} columns: {table.shape[1] * self.ratio} expanded, more than '
+                             f'the draft table width {self.width}')
+        check_kernel_device(table=table, req_pool_indices=req_pool_indices, draft_table=self.table)
+        if device_checks_enabled(): self._check_publish(table, req_pool_indices)
+        if padded_bs:
+            gather = req_pool_indices is not None
+            _expand(_expand_grid(padded_bs, self.width), table, req_pool_indices if gather else table, self.table,
+                    bs, padded_bs, table.shape[0], table.shape[1], self.width, self.ratio, *table.stride(),
+                    *self.table.stride(), GATHER=gather, R=_ER, C=_EC)
+        return self.table[:padded_bs]
 
-# %% ../nbs/09_page_tables.ipynb #97faf34c
-@patch
-def _check_publish(self: DraftPageTable, table, req_pool_indices):
-    "Debug mode: pool rows inside the table, and every expanded page fits the draft table's dtype."
-    if req_pool_indices is not None: check_values('req_pool_indices', req_pool_indices, lo=0, hi=table.shape[0])
-    _check_expansion(table, self.table, self.ratio)
+    def _check_publish(self, table, req_pool_indices):
+        "Debug mode: pool rows inside the table, and every expanded page fits the draft table's dtype."
+        if req_pool_indices is not None: check_values('req_pool_indices', req_pool_indices, lo=0, hi=table.shape[0])
+        _check_expansion(table, self.table, self.ratio)

@@ -5,9 +5,8 @@
 # %% ../nbs/01_positions.ipynb #09398f09
 from __future__ import annotations
 import torch
-from .core import (check_int_tensor, check_capacity, check_positive, check_int,
-                                 check_out, check_vectors, device_checks_enabled, check_values, check_unique,
-                                 check_same_len, FastLaunch, InputTypeError, cdiv, next_pow2)
+from .launch import FastLaunch, cdiv, next_pow2
+from .contract import check_int_tensor, check_capacity, check_positive, check_int, check_out, check_vectors, device_checks_enabled, check_values, check_unique, check_same_len, InputTypeError
 import triton
 import triton.language as tl
 
@@ -379,19 +378,21 @@ def compute_out_cache_loc_sliding(out_cache_loc: torch.Tensor, req_pool_indices:
                            page_size, dummy_slot, True, table_order)
 
 # %% ../nbs/01_positions.ipynb #f44fcea4
-_MAX_GROUPS = 4                # groups one launch takes: each is 7 kernel arguments (a hybrid model keeps 1 to 3)
+_MAX_GROUPS = 4                # groups one launch takes (a hybrid model keeps 1 to 3); each G compiles its own variant
 
 # %% ../nbs/01_positions.ipynb #ebed9126
-@triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy',
-                               *(f'{n}{g}' for g in range(4) for n in ('sr', 'sc', 'rows', 'width', 'ps'))])
+@triton.jit(do_not_specialize=['batch', 'total_tokens', 'dummy', 'row_strides', 'col_strides', 'table_rows', 'widths',
+                               'page_sizes'])
 def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each request (negative: 0)
                    cache_start_ptr,   # int [batch]: cache position of each request's first token
                    pool_ptr,          # int [batch]: pool row of each request (pool order)
                    batch, total_tokens, dummy,
-                   # group g (g < G): table int32/int64 [rows_g, >= width_g] with strides (sr_g, sc_g), its KV
-                   # slots out (int32/int64 [total_tokens]), its width (a ring: the ring's columns) and page size
-                   table0, out0, sr0, sc0, rows0, width0, ps0, table1, out1, sr1, sc1, rows1, width1, ps1,
-                   table2, out2, sr2, sc2, rows2, width2, ps2, table3, out3, sr3, sc3, rows3, width3, ps3,
+                   tables,            # G tables, int32/int64 [rows_g, >= width_g]: group g's page table
+                   outs,              # G outputs, int32/int64 [total_tokens]: group g's KV slots
+                   row_strides, col_strides,   # G ints each: the strides of each table
+                   table_rows,        # G ints: the rows of each table
+                   widths,            # G ints: the columns each table's positions use (a ring: the ring's columns)
+                   page_sizes,        # G ints: each group's page size
                    G: tl.constexpr, RINGS: tl.constexpr, BATCH_ROWS: tl.constexpr, R: tl.constexpr,
                    C: tl.constexpr, CHUNK: tl.constexpr):
     split, nsplit = tl.program_id(1), tl.num_programs(1)
@@ -405,16 +406,10 @@ def _groups_kernel(lens_ptr,          # int32/int64 [batch]: tokens of each requ
         pos = tok + tl.sum(tl.where(hot, loc_delta[None, :], 0), axis=1)
         row = tl.sum(tl.where(hot, rows[None, :], 0), axis=1)
         ok = m & (tok < end)
-        tl.store(out0 + tok, kv_slot(table0, sr0, sc0, rows0, width0, row, pos, ps0, dummy, ok, RINGS & 1), mask=m)
-        if G > 1:
-            tl.store(out1 + tok, kv_slot(table1, sr1, sc1, rows1, width1, row, pos, ps1, dummy, ok, RINGS >> 1 & 1),
-                     mask=m)
-        if G > 2:
-            tl.store(out2 + tok, kv_slot(table2, sr2, sc2, rows2, width2, row, pos, ps2, dummy, ok, RINGS >> 2 & 1),
-                     mask=m)
-        if G > 3:
-            tl.store(out3 + tok, kv_slot(table3, sr3, sc3, rows3, width3, row, pos, ps3, dummy, ok, RINGS >> 3 & 1),
-                     mask=m)
+        for g in tl.static_range(G):                       # unrolled: one store per group there is
+            slot = kv_slot(tables[g], row_strides[g], col_strides[g], table_rows[g], widths[g], row, pos,
+                           page_sizes[g], dummy, ok, (RINGS >> g) & 1)
+            tl.store(outs[g] + tok, slot, mask=m)
 
 _groups = FastLaunch(_groups_kernel)
 
@@ -457,12 +452,11 @@ def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor,
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=min(t.shape[0] for t in tables))
     if batch and total:
-        group_args = []
-        for t, o, p, w in zip(tables, outs, sizes, rings):
-            group_args += [t, o, *t.stride(), t.shape[0], w or t.shape[1], p]
-        group_args += group_args[:7] * (_MAX_GROUPS - len(tables))   # unused slots: never read (G is a constexpr)
         _groups(_ragged_grid(batch, total), input_lengths.contiguous(), cache_start.contiguous(),
-                req_pool_indices.contiguous(), batch, total, dummy, *group_args, G=len(tables),
+                req_pool_indices.contiguous(), batch, total, dummy, tuple(tables), tuple(outs),
+                tuple(t.stride(0) for t in tables), tuple(t.stride(1) for t in tables),
+                tuple(t.shape[0] for t in tables), tuple(w or t.shape[1] for t, w in zip(tables, rings)),
+                tuple(sizes), G=len(tables),
                 RINGS=sum(1 << g for g, w in enumerate(rings) if w), BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
     elif total:
         for o in outs: o.fill_(dummy)                        # no request: all padding

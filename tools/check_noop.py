@@ -1,17 +1,18 @@
-"""Run a command and fail if it changed anything under nbs/, tokenspeed_lit/ or README.md.
+"""Run a command and fail if it changed anything under nbs/, tokenspeed_lit/, bench/ or README.md.
 
 `make test` uses it to prove that `nbdev_export` and `nbdev_clean` have nothing left to do,
 without depending on git state (a developer's uncommitted work is not a failure)."""
 import hashlib, subprocess, sys
 from pathlib import Path
 
-WATCH = ['nbs', 'tokenspeed_lit', 'README.md']
+WATCH = ['nbs', 'tokenspeed_lit', 'bench', 'README.md']
 
 def snapshot():
     out = {}
     for w in WATCH:
         p = Path(w)
-        files = [p] if p.is_file() else sorted(f for f in p.rglob('*') if f.is_file() and '__pycache__' not in f.parts)
+        files = [p] if p.is_file() else sorted(f for f in p.rglob('*') if f.is_file() and '__pycache__' not in f.parts
+                                                   and 'results' not in f.relative_to(p).parts[:1])
         for f in files: out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
