@@ -152,6 +152,7 @@ def broken_links(hrefs, base_url):
 def test_every_notebook_is_a_page():
     nbs = [p for p in (ROOT / 'nbs').rglob('*.ipynb')
            if not any(part.startswith(('.', '_')) for part in p.relative_to(ROOT / 'nbs').parts)]
+    nbs += list((ROOT / 'bench').glob('[0-9]*.ipynb'))          # the benchmark notebooks are pages too
     assert sorted(p for p, _ in PAGES) == sorted(nbs)
     assert PAGES[0][1] == 'index' and len({d for _, d in PAGES}) == len(PAGES)
 

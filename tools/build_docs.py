@@ -26,7 +26,8 @@ downloads. This script keeps nbdev's half of the work and hands the result to Sp
    only (nothing is executed), a whole build each time (seconds). Step 1, the slow one, is skipped for a
    notebook whose processed copy is newer than it, the package, settings.ini and this script.
 
-Every notebook in nbs/ (as `nbdev_export` finds them) becomes a page; the home page is nbs/index.ipynb."""
+Every notebook in nbs/ (as `nbdev_export` finds them) becomes a page, and so does every benchmark notebook in
+bench/ (`bench_<name>`, after the others in the sidebar); the home page is nbs/index.ipynb."""
 import argparse, configparser, json, multiprocessing, os, re, shutil, subprocess, sys, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -42,13 +43,16 @@ def settings():
 
 def site_dir(): return ROOT / settings().get('doc_path', 'docs/_site')
 
+BENCH = ROOT / 'bench'               # the benchmark notebooks (not part of the package): pages `bench_<name>`
+
 def notebooks():
-    "`(notebook, docname)` for every notebook nbdev would document, index first."
+    "`(notebook, docname)` for every notebook nbdev would document and every benchmark notebook, index first."
     from nbdev.doclinks import _nbpath2html, nbglob
     nbs_path = ROOT / settings().get('nbs_path', 'nbs')
     nbs = sorted(nbglob(nbs_path, func=Path))
     pages = [(p, _nbpath2html(p.relative_to(nbs_path)).with_suffix('').as_posix()) for p in nbs]
-    return sorted(pages, key=lambda o: (o[1] != 'index', o[0].as_posix()))
+    pages += [(p, 'bench_' + _nbpath2html(Path(p.name)).with_suffix('').as_posix()) for p in sorted(BENCH.glob('[0-9]*.ipynb'))]
+    return sorted(pages, key=lambda o: (o[1] != 'index', BENCH in o[0].parents, o[0].as_posix()))
 
 # ---- 1. nbdev processing -------------------------------------------------------------------------------
 
@@ -120,6 +124,7 @@ def _filter():
 def proc_nb(src, dst):
     "Run nbdev's processors over notebook `src`, write the result to `dst` (like `nbdev_proc_nbs`)."
     os.chdir(ROOT)
+    if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))     # the benchmark notebooks import `bench`
     os.environ['IN_TEST'] = '1'
     import warnings
     warnings.filterwarnings('ignore', message='Found cells containing imports')   # nbdev's FAQ hint, per cell
@@ -144,6 +149,21 @@ class Links:
         self.entries = {}   # 'core.html#copy_to' -> ('tokenspeed_lit.core', 'tokenspeed_lit.core.copy_to')
         for mod, syms in _modidx()['syms'].items():
             for fq, (url, _) in syms.items(): self.entries.setdefault(url, (mod, fq))
+        for page in pages:                  # the benchmark modules have no _modidx: their entries from __all__
+            if page.startswith('bench_'): self._bench_entries(page)
+
+    def _bench_entries(self, page):
+        import importlib, inspect
+        if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+        mod = f'bench.{page[len("bench_"):]}'
+        m = importlib.import_module(mod)
+        for name in getattr(m, '__all__', []):
+            self.entries.setdefault(f'{page}.html#{name.lower()}', (mod, f'{mod}.{name}'))
+            obj = getattr(m, name)
+            if inspect.isclass(obj):
+                for k in vars(obj):
+                    if not k.startswith('_'):
+                        self.entries.setdefault(f'{page}.html#{name.lower()}.{k.lower()}', (mod, f'{mod}.{name}.{k}'))
 
     def entry(self, page, anchor): return self.entries.get(f'{page}#{anchor}', (None, None))
 
@@ -269,7 +289,7 @@ def convert(proc_path, page, links, toctree=None, module=None):
 
 def default_exp(nb_path):
     "The module a notebook exports to (`#| default_exp x` -> `lib.x`), or None."
-    lib = settings().get('lib_name')
+    lib = 'bench' if BENCH in Path(nb_path).resolve().parents else settings().get('lib_name')
     for c in json.loads(Path(nb_path).read_text())['cells']:
         if c['cell_type'] != 'code': continue
         d, _ = split_directives(''.join(c['source']))
@@ -295,10 +315,11 @@ def build(workers=2, clean=False, quiet=True):
     pages = notebooks()
     if not pages: sys.exit('no notebooks found')
     nbs_path = ROOT / cfg.get('nbs_path', 'nbs')
-    procd = {p: proc / p.relative_to(nbs_path) for p, _ in pages}
+    procd = {p: proc / (p.relative_to(ROOT) if BENCH in p.parents else p.relative_to(nbs_path)) for p, _ in pages}
     # A processed notebook is reused while it is newer than its notebook, the package (show_doc reads the
     # signatures there), settings.ini and this script.
-    deps = [ROOT / 'settings.ini', Path(__file__).resolve()] + list((ROOT / cfg.get('lib_path')).rglob('*.py'))
+    deps = ([ROOT / 'settings.ini', Path(__file__).resolve()] + list((ROOT / cfg.get('lib_path')).rglob('*.py'))
+            + list(BENCH.glob('*.py')))
     newest = max(p.stat().st_mtime for p in deps)
     todo = {s: d for s, d in procd.items() if not (d.exists() and d.stat().st_mtime >= max(newest, s.stat().st_mtime))}
     # One fresh interpreter per worker (as nbdev does): the show_doc cells import the package and torch.
