@@ -365,6 +365,7 @@ def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
     snaps = []
     for debug in (False, True):
         rs, table = make_states(10, 9, 2, 100)
+        rs.valid_cache_lengths[3] = 0          # the prefill row's cached length is its prefix (debug mode checks it)
         ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_()
         if debug:
             with device_value_checks(): ib.fill_input_buffers(_mixed(), rs, table, 5)

@@ -1,5 +1,6 @@
 """Property tests: `expand_page_table` and `DraftPageTable.publish` equal their plain-torch references exactly, on
-tables with holes (page ids <= 0), outputs narrower and wider than the table (columns past its width), padded rows,
+tables with holes (page ids <= 0), outputs as wide as the expanded table and wider (columns past its width; a narrower
+one is refused), padded rows,
 non-power-of-two ratios, bad pool rows and batches of 0 and 1. Every output is a window of a larger poisoned buffer:
 the guard bands around it must stay untouched. On the GPU, each kernel compiles at most once per dtype combination
 across widths 1..4096 and batches 1..8192."""
@@ -36,6 +37,11 @@ def test_expand_matches_reference(table, ratio, data):
     rows, width = table.shape
     out_width = data.draw(st.sampled_from([0, 1, width * ratio, width * ratio + 5]) | st.integers(0, 3 * width * ratio + 3))
     buf, out = guarded2d(rows, out_width, data.draw(st.sampled_from([torch.int32, torch.int64])))
+    if out_width < width * ratio:              # pages would be dropped: refused, nothing written
+        with pytest.raises(ValueError, match=f'out has {out_width} columns, fewer than ratio x table width'):
+            expand_page_table(table.to(DEV), out, ratio)
+        assert (buf.cpu() == POISON).all()
+        return
     got = expand_page_table(table.to(DEV), out, ratio)
     assert got is out
     assert torch.equal(out.cpu().long(), expand_page_table_ref(table, out_width, ratio))

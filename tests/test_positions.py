@@ -154,6 +154,11 @@ def test_uniform_and_sliding_match_reference(fn, sliding, batch, width, table, p
     start = torch.tensor(data.draw(st.lists(st.integers(-3, 3 * cols * page_size), min_size=batch, max_size=batch)),
                          dtype=torch.int64)
     buf, out = guarded(batch * width, data.draw(st.sampled_from([torch.int32, torch.int64])))
+    if sliding and width > cols * page_size:     # the ring wraps inside one request's tokens: refused, nothing written
+        with pytest.raises(ValueError, match=f'uniform_input_length={width} tokens of one request do not fit a ring'):
+            fn(out, pool.to(DEV), width, start.to(DEV), table.to(DEV), page_size, dummy_slot=7)
+        assert (buf.cpu() == POISON).all()
+        return
     fn(out, pool.to(DEV), width, start.to(DEV), table.to(DEV), page_size, dummy_slot=7)
     pos = start[:, None] + torch.arange(width)[None, :]
     ref = kv_slot_ref(table, pool[:, None].expand(-1, width), pos, page_size, 7, sliding=sliding).flatten()
@@ -355,7 +360,7 @@ def test_batch_order_equals_pool_order_on_every_path(batch, table, page_size, da
     pool_table = pool_table_from(batch_table[:b], pool, data)
     start = torch.tensor(data.draw(st.lists(st.integers(-2, 40), min_size=b, max_size=b)), dtype=torch.int32)
     total = data.draw(totals(lens))
-    L = data.draw(st.integers(1, 3))
+    L = data.draw(st.integers(1, min(3, table.shape[1] * page_size)))   # a sliding ring holds a step's tokens
     P, S, T = pool.to(DEV), start.to(DEV), lens.to(DEV)
 
     def run(order, tbl):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib, operator, os
 import numpy as np
 import torch
-from .device import HAS_ACCEL, triton_interpreted
+from .device import HAS_ACCEL, as_device, triton_interpreted
 
 # %% auto #0
-__all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_int_tensor',
-           'check_vectors', 'check_out', 'check_same_len', 'check_capacity', 'check_positive', 'check_same_device',
-           'check_kernel_device', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
+__all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_runnable',
+           'check_device', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len', 'check_capacity',
+           'check_positive', 'check_same_device', 'check_kernel_device', 'device_checks_enabled', 'device_value_checks',
+           'check_values', 'check_unique']
 
 # %% ../nbs/07_contract.ipynb #00e8a28f
 class InputTypeError(TypeError, ValueError):
@@ -58,11 +59,26 @@ def int_seq(name: str, values):
             and values.dtype in _INT_DTYPES): return values.numpy()
     return int_list(name, values)
 
+# %% ../nbs/07_contract.ipynb #dfdcc438
+def check_runnable(name: str, t: torch.Tensor, index: int | None = None):
+    "Raise unless `t` is a CUDA tensor or a CPU tensor (`index`: its `get_device()`, when the caller has it)."
+    if not (t.is_cuda if (t.get_device() if index is None else index) >= 0 else t.is_cpu):
+        raise ValueError(f'{name} is on {t.device}: the kernels run on CUDA tensors (or CPU tensors, through the '
+                         f'Triton interpreter)')
+
+def check_device(name: str, device) -> torch.device:
+    "`device` as a `torch.device` (None: `default_device()`), refused unless it is a CUDA device or the CPU."
+    d = as_device(device)
+    if d.type not in ('cuda', 'cpu'):
+        raise ValueError(f'{name} is {d}: the kernels run on CUDA devices (or the CPU, through the Triton interpreter)')
+    return d
+
 # %% ../nbs/07_contract.ipynb #22976823
 def check_int_tensor(name: str, t, ndim: int | None = None) -> torch.Tensor:
     "Raise `ValueError` unless `t` is an integer tensor (with `ndim` dimensions, if given)."
     if not isinstance(t, torch.Tensor): raise InputTypeError(f'{name} must be a torch.Tensor, got {type(t).__name__}')
     if t.dtype not in _INT_DTYPES: raise InputTypeError(f'{name} must have an integer dtype, got {t.dtype}')
+    check_runnable(name, t)
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f'{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}')
     return t
@@ -77,6 +93,7 @@ def check_vectors(**vectors) -> tuple[int, int]:
         s = t.shape
         if len(s) != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(s)}')
         k, d = s[0], t.get_device()
+        if not (t.is_cuda if d >= 0 else t.is_cpu): check_runnable(name, t, d)      # meta, or another device
         if first is None: n, dev, first = k, d, name
         elif k != n: raise ValueError(f'lengths disagree: len({first})={n}, len({name})={k}')
         elif d != dev: raise ValueError(f'tensors on different devices: {first} on {vectors[first].device}, {name} on {t.device}')
@@ -94,6 +111,7 @@ def check_out(name: str, t, needed: int, dtypes=OUT_DTYPES, device: int | None =
     if t.dtype not in dtypes:
         want = ' or '.join(str(d).replace('torch.', '') for d in dtypes)
         raise InputTypeError(f'{name} must be {want}, got {t.dtype}')
+    check_runnable(name, t)
     if t.dim() != 1: raise ValueError(f'{name} must have 1 dimension(s), got shape {tuple(t.shape)}')
     if not t.is_contiguous(): raise ValueError(f'{name} must be contiguous')
     if t.numel() < needed: raise ValueError(f'{name} has {t.numel()} elements, {needed} needed')
@@ -133,6 +151,8 @@ def check_same_device(**tensors):
 def check_kernel_device(**tensors):
     "`check_same_device`, and where Triton compiles kernels for the GPU, that the tensors are on it."
     devs = [t.get_device() for t in tensors.values() if t is not None]     # ints (-1: CPU): cheaper than .device
+    for k, t in tensors.items():
+        if t is not None: check_runnable(k, t)
     if devs.count(devs[0]) != len(devs): check_same_device(**tensors)      # raises, naming the tensors
     if devs[0] < 0 and not triton_interpreted():
         k, t = next((k, t) for k, t in tensors.items() if t is not None)

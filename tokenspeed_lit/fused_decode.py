@@ -16,7 +16,7 @@ from .graphs import capture as _capture
 from .contract import check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, check_int, check_out, int_list, InputTypeError, device_checks_enabled, check_values, check_unique
 import triton
 import triton.language as tl
-from .positions import (kv_slot, kv_slot_ref, compute_positions, compute_out_cache_loc, MAX_TOKENS,
+from .positions import (kv_slot, kv_slot_ref, check_slots_fit, compute_positions, compute_out_cache_loc, MAX_TOKENS,
                                       is_batch_order)
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
@@ -31,7 +31,8 @@ __all__ = ['H_BATCH', 'H_NUM_EXTENDS', 'H_PREFILL_TOKENS', 'H_WIDTH', 'H_TOTAL_T
            'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START', 'H_STAGED',
            'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA',
            'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep',
-           'staging_layout', 'FusedDecodeStep', 'applied_overrides', 'apply_overrides_ref', 'decode_step_ref']
+           'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides', 'apply_overrides_ref',
+           'decode_step_ref']
 
 # %% ../nbs/03_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
@@ -122,6 +123,9 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
         check_values('req_pool_indices', req_pool_indices, lo=0, hi=ok_rows)
         check_unique('pool row', req_pool_indices)
         check_values('valid_cache_lengths', valid_cache_lengths[req_pool_indices.long()], lo=0, index=req_pool_indices)
+        check_decode_values(valid_cache_lengths, req_pool_indices, torch.full((batch,), L, device=req_pool_indices.device),
+                            req_to_page, page_size, by_batch, seq_lens_out, out_cache_loc, seq_name='seq_lens_out',
+                            slot_name='out_cache_loc')
     if batch:
         LP = next_pow2(max(L, 1))
         R = max(1, min(128, 1024 // LP))
@@ -651,14 +655,45 @@ def check_decode(self: FusedDecodeStep, batch: int, uniform_input_length: int, d
         if len(mamba) != 4 or any(len(m) != batch for m in mamba):
             raise ValueError(f'mamba must be 4 lists of {batch} indices (pool, cow source, branching seqlen, track)')
 
+# %% ../nbs/03_fused_decode.ipynb #1517c5b1
+def check_decode_values(cache_lengths, rows, lens, req_to_page, page_size: int, by_batch: bool, seq_out, slot_out,
+                        first_decode: int = 0, seq_name: str = 'seq_lens_buf', slot_name: str = 'out_cache_loc_buf'):
+    "Debug mode: `cache + lens` of each row fits `seq_out`, and rows from `first_decode` on have KV slots that fit `slot_out`."
+    cache = cache_lengths[rows.long()].long()
+    seq, hi = cache + lens, torch.iinfo(seq_out.dtype).max
+    big = (seq > hi).nonzero()
+    if len(big):
+        i = int(big[0, 0])
+        raise ValueError(f'request {i}: valid_cache_lengths[{int(rows[i])}] + {int(lens[i])} = {int(seq[i])}, past the '
+                         f'{seq_out.dtype} range of {seq_name}')
+    d = slice(first_decode, None)
+    L = int(lens[d].max()) if len(lens[d]) else 0
+    if not L: return
+    owner = torch.arange(first_decode, len(rows), device=rows.device).repeat_interleave(L)
+    offs = torch.arange(L, device=rows.device).repeat(len(rows) - first_decode)
+    table_rows = (torch.arange(len(rows), device=rows.device) if by_batch else rows.long())[owner]
+    check_slots_fit(slot_name, slot_out, req_to_page, table_rows, cache[owner] + offs, page_size, owner=owner)
+
 # %% ../nbs/03_fused_decode.ipynb #bfdb59a1
 @patch
-def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices'):
-    "Debug mode: the cached lengths of the step's pool rows must be >= 0 (reads the device: synchronises)."
+def check_cache_lengths(self: FusedDecodeStep, req_pool_indices: list, name: str = 'req_pool_indices',
+                        lengths: list | None = None, extend_prefix_lens: list | None = None):
+    "Debug mode: the step's cached lengths are >= 0, every `cache + length` and KV slot fits its buffer (synchronises)."
     if not len(req_pool_indices): return
-    cache_lengths = self._state[0]
+    cache_lengths, _, _, table, _, by_batch = self._state
     rows = torch.as_tensor(req_pool_indices, device=cache_lengths.device)
     check_values('valid_cache_lengths', cache_lengths[rows], lo=0, index=req_pool_indices)
+    E = 0 if extend_prefix_lens is None else len(extend_prefix_lens)
+    if E:                        # prefill rows: positions from extend_prefix_lens, KV slots from valid_cache_lengths
+        cache = cache_lengths[rows[:E]].tolist()
+        for i, (p, c) in enumerate(zip(extend_prefix_lens, cache)):
+            if p != c:
+                raise ValueError(f'prefill row {i}: extend_prefix_lens[{i}] = {p} but valid_cache_lengths'
+                                 f'[{req_pool_indices[i]}] = {c}: its positions would start at {p}, its KV slots at {c}')
+    b = self.buffers
+    lens = torch.full((len(rows),), self.width, dtype=torch.long) if lengths is None else torch.as_tensor(lengths).long()
+    check_decode_values(cache_lengths, rows, lens.to(rows.device), table, self.page_size, by_batch,
+                        b.seq_lens_buf, b.out_cache_loc_buf, first_decode=E)
 
 # %% ../nbs/03_fused_decode.ipynb #56fec57c
 def applied_overrides(decode_input_ids: list | None) -> list | None:
@@ -718,7 +753,9 @@ def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_le
     if mamba is not None:
         for k in range(4): self.pack(s, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
     self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None)
-    if device_checks_enabled(): self.check_cache_lengths(req_pool_indices, 'request_pool_indices')
+    if device_checks_enabled():
+        self.check_cache_lengths(req_pool_indices, 'request_pool_indices',
+                                 list(prefill_lengths) + [width] * (batch - num_extends), extend_prefix_lens)
     self.launch(s)
 
 # %% ../nbs/03_fused_decode.ipynb #14ae766a

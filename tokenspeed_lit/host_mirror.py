@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .device import is_accel, host_full, on_device
 from .streams import use_stream, record_event, new_stream, wait_event, BackgroundIssuer, PendingEvent, EventRing
 from .copies import copy_to
-from .contract import check_positive, check_int_tensor, check_same_device
+from .contract import check_positive, check_int_tensor, check_same_device, check_runnable, InputTypeError
 from .host_transport import TRANSPORTS, default_transport
 
 # %% auto #0
@@ -110,7 +110,9 @@ class FlatHostMirror:
         plan = self.layout = _plan(device_kv_pool)   # the host page layout (`_Plan`): transports read it
         self.page_size, self.num_k_tensors = plan.page_size, plan.num_k
         self.num_host_pages = check_positive('num_host_pages', num_host_pages)
+        check_runnable('device_kv_pool', plan.tensors[0])   # a meta pool sizes a mirror (flat_bytes_per_host_page), no more
         self.device = plan.tensors[0].device
+        self._data_ptrs = tuple(t.data_ptr() for t in plan.tensors)   # `_check_call`: the storage the views were made on
         self.num_device_pages = min(t.shape[0] // s for t, s in zip(plan.tensors, plan.spans))
         if self.num_device_pages < 1: raise ValueError('the pool has fewer rows than one page')
         self._bounds = np.array([self.num_device_pages, self.num_host_pages], dtype=np.uint64)   # for `_pages`
@@ -229,9 +231,22 @@ def _pages(self: FlatHostMirror, pairs, to_host: bool) -> np.ndarray:
                          f'{int(s[1:][s[1:] == s[:-1]][0])}')
     return p
 
+# %% ../nbs/06_host_mirror.ipynb #68d02488
+@patch
+def _check_call(self: FlatHostMirror, stream):
+    "Refuse a `stream` of the wrong kind, and a pool tensor whose storage was replaced since construction."
+    if stream is not None and not isinstance(stream, (torch.cuda.Stream, torch.Stream)):
+        raise InputTypeError(f'stream must be a torch.cuda.Stream or None, got {type(stream).__name__}')
+    ptrs = tuple(t.data_ptr() for t, _ in self.tensor_pairs)
+    if ptrs != self._data_ptrs:
+        i = next(i for i, (a, b) in enumerate(zip(ptrs, self._data_ptrs)) if a != b)
+        raise ValueError(f'tensor {i} of the pool (tensor_pairs[{i}]) has new storage since the mirror was built '
+                         f'(t.data = ...): the mirror copies the storage it was built on; build a new mirror')
+
 # %% ../nbs/06_host_mirror.ipynb #6340dda6
 @patch
 def _move(self: FlatHostMirror, pairs, stream, to_host: bool, events: bool, background: bool = False):
+    self._check_call(stream)
     pages, groups = self._pages(pairs, to_host), (self.fence_tensor_groups if events else [self.issue_order])
     if background: return self._submit(pages, to_host, groups, events, stream)
     if self._issuer is not None: self._issuer.drain()   # calls are issued in call order, by one thread at a time

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from .device import as_device
-from .contract import check_positive, check_int, int_list, int_seq, InputTypeError, device_checks_enabled
+from .contract import check_positive, check_int, int_list, int_seq, InputTypeError, device_checks_enabled, check_device
 from .positions import compute_positions_and_slots, launch_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep, applied_overrides
@@ -46,7 +46,7 @@ class RuntimeStates:
         n = check_positive('req_pool_size', req_pool_size) + 1
         check_positive('output_length', output_length)
         if check_int('vocab_size', vocab_size) < 2: raise ValueError(f'vocab_size must be an integer >= 2, got {vocab_size}')
-        device = as_device(device)
+        device = check_device('device', device)
         self.vocab_size = int(vocab_size)
         self.valid_cache_lengths = torch.zeros(n, dtype=torch.int32, device=device)
         self.future_input_map = torch.full((n, output_length), PAD_TOKEN_ID, dtype=torch.int32, device=device)
@@ -199,6 +199,10 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     if min(prefix) < 0:
         i = next(i for i, p in enumerate(prefix) if p < 0)
         raise ValueError(f'extend_prefix_lens[{i}] = {prefix[i]}: a prefix length cannot be negative')
+    for i, (p, n, f) in enumerate(zip(prefix, lens, full)):       # a chunk cannot end past its request's prefill
+        if p + n > f:
+            raise ValueError(f'prefill row {i}: extend_prefix_lens[{i}] + input_lengths[{i}] = {p} + {n} goes past '
+                             f'prefill_lengths[{i}] = {f}')
     overrides, mamba = op.decode_input_ids, self._mamba_lists(op, batch)
     if overrides is not None: overrides = int_list('decode_input_ids', overrides)
     if overrides is not None and len(overrides) != batch - num_extends:

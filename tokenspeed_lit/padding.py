@@ -8,7 +8,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 import torch
 from .device import as_device
-from .contract import check_positive, check_int
+from .contract import check_positive, check_int, check_device
 
 # %% auto #0
 __all__ = ['PAD_TOKEN_ID', 'PADDING', 'PadRule', 'padding_values', 'reset_tail', 'PaddedBuffers', 'clamp_token_ids_',
@@ -78,7 +78,7 @@ class PaddedBuffers:
         dummy_kv_slot = check_int('dummy_kv_slot', dummy_kv_slot, -2**31, 2**31 - 1)      # it lands in int32 slots
         state_write_padding_pool_index = check_int('state_write_padding_pool_index', state_write_padding_pool_index)
         scratch = check_int('scratch', scratch, lo=0)
-        self.device, self.has_mamba = as_device(device), bool(has_mamba)
+        self.device, self.has_mamba = check_device('device', device), bool(has_mamba)
         self.dummy_kv_slot, self.state_write_padding_pool_index = int(dummy_kv_slot), int(state_write_padding_pool_index)
         self.rules = tuple(r for r in PADDING if has_mamba or not r.mamba)
         self.values = padding_values(dummy_kv_slot, state_write_padding_pool_index, has_mamba)

@@ -10,7 +10,7 @@ import triton.language as tl
 from fastcore.basics import patch
 from .device import as_device
 from .launch import FastLaunch, cdiv
-from .contract import OUT_DTYPES, InputTypeError, check_int, check_int_tensor, check_kernel_device, check_values, device_checks_enabled
+from .contract import OUT_DTYPES, InputTypeError, check_int, check_int_tensor, check_kernel_device, check_values, device_checks_enabled, check_device
 
 # %% auto #0
 __all__ = ['expand_page_table_ref', 'expand_page_table', 'DraftPageTable']
@@ -83,6 +83,9 @@ def expand_page_table(table: torch.Tensor, out: torch.Tensor, ratio: int) -> tor
     check_int_tensor('table', table, ndim=2)
     _check_table_out('out', out, table.shape[0], table.get_device())
     ratio = check_int('ratio', ratio, lo=1, hi=2**20)
+    if out.shape[1] < ratio * table.shape[1]:          # the table's last pages would have nowhere to go
+        raise ValueError(f'out has {out.shape[1]} columns, fewer than ratio x table width = {ratio} x {table.shape[1]}: '
+                         f'the pages past column {out.shape[1]} would be dropped')
     check_kernel_device(table=table, out=out)
     if device_checks_enabled(): _check_expansion(table, out, ratio)
     rows, width = table.shape
@@ -98,7 +101,7 @@ class DraftPageTable:
         self.max_bs, self.width = check_int('max_bs', max_bs, lo=1), check_int('width', width, lo=1)
         self.ratio = check_int('ratio', ratio, lo=1, hi=2**20)
         if dtype not in OUT_DTYPES: raise InputTypeError(f'dtype must be int32 or int64, got {dtype}')
-        self.table = torch.zeros(self.max_bs, self.width, dtype=dtype, device=as_device(device))   # never moves
+        self.table = torch.zeros(self.max_bs, self.width, dtype=dtype, device=check_device('device', device))   # never moves
 
     def __repr__(self):
         return f'DraftPageTable(max_bs={self.max_bs}, width={self.width}, ratio={self.ratio}, {self.table.dtype})'

@@ -12,9 +12,9 @@ import triton.language as tl
 
 # %% auto #0
 __all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'positions_launch', 'kv_slot_ref',
-           'compute_out_cache_loc_ref', 'is_batch_order', 'compute_out_cache_loc', 'launch_positions_and_slots',
-           'compute_positions_and_slots', 'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding',
-           'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
+           'compute_out_cache_loc_ref', 'check_slots_fit', 'is_batch_order', 'compute_out_cache_loc',
+           'launch_positions_and_slots', 'compute_positions_and_slots', 'compute_out_cache_loc_uniform',
+           'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/01_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -235,6 +235,28 @@ def compute_out_cache_loc_ref(req_pool_indices, input_lengths, cache_start, req_
     slots = kv_slot_ref(req_to_page, rows.to(owner.device)[owner], position, page_size, dummy_slot, sliding)
     return _pad_to(slots, total_tokens, dummy_slot)
 
+# %% ../nbs/01_positions.ipynb #3fbc6ff0
+def check_slots_fit(out_name: str, out: torch.Tensor, req_to_page: torch.Tensor, rows: torch.Tensor,
+                    positions: torch.Tensor, page_size: int, sliding: bool = False, owner=None):
+    "Debug mode: every KV slot of (`rows`, `positions`) fits `out`'s dtype; names the first request whose slot does not."
+    hi = torch.iinfo(out.dtype).max
+    if hi >= 2**63 - 1 or not len(positions): return
+    slots = kv_slot_ref(req_to_page, rows, positions, page_size, 0, sliding)
+    big = (slots > hi).nonzero()
+    if len(big):
+        i = int(big[0, 0]); who = i if owner is None else int(owner[i])
+        raise ValueError(f'request {who}: the KV slot of position {int(positions[i])} is {int(slots[i])} (page '
+                         f'{int(slots[i]) // page_size} x page_size {page_size}), past the {out.dtype} range of '
+                         f'{out_name}; page ids must stay below {(hi + 1) // page_size}, or use an int64 {out_name}')
+
+def _check_ragged_slots(out_name, out, req_pool_indices, lens, cache_start, req_to_page, page_size, total: int,
+                        by_batch: bool, sliding: bool = False):
+    "Debug mode: `check_slots_fit` for the tokens of a ragged batch (the first `total` of them)."
+    owner, offset, _ = _layout_ref(lens.long().clamp(min=0), total)
+    owner = owner[:total]; offset = offset[:total]
+    rows = (torch.arange(len(lens), device=lens.device) if by_batch else req_pool_indices.long())[owner]
+    check_slots_fit(out_name, out, req_to_page, rows, cache_start.long()[owner] + offset, page_size, sliding, owner)
+
 # %% ../nbs/01_positions.ipynb #fa4bc810
 def is_batch_order(table_order: str) -> bool:
     "True for a batch-ordered table (`'batch'`: row i is batch row i), False for a pool-indexed one (`'pool'`)."
@@ -271,6 +293,8 @@ def compute_out_cache_loc(out_cache_loc: torch.Tensor, req_pool_indices: torch.T
                                                      prefix=('cache_start', cache_start),
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=req_to_page.shape[0])
+    if device_checks_enabled(): _check_ragged_slots('out_cache_loc', out_cache_loc, req_pool_indices, input_lengths,
+                                                    cache_start, req_to_page, page_size, total, by_batch)
     if batch and total:
         lens = input_lengths.contiguous()
         _slots(_ragged_grid(batch, total), lens, cache_start.contiguous(), req_pool_indices.contiguous(), req_to_page,
@@ -313,6 +337,8 @@ def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Te
                                                      prefix=('extend_prefix_lens', extend_prefix_lens),
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=req_to_page.shape[0])
+    if device_checks_enabled(): _check_ragged_slots('out_cache_loc', out_cache_loc, req_pool_indices, extend_seq_lens,
+                                                    cache_start, req_to_page, page_size, T, by_batch)
     launch_positions_and_slots(positions, out_cache_loc, extend_start_loc, extend_prefix_lens.contiguous(),
                                extend_seq_lens.contiguous(), cache_start.contiguous(), req_pool_indices.contiguous(),
                                req_to_page, page_size, batch, T, dummy_slot, by_batch)
@@ -348,11 +374,16 @@ def _uniform_launch(out_cache_loc, req_pool_indices, uniform_input_length, cache
                                               batch if by_batch else 0)
     L = check_int('uniform_input_length', uniform_input_length, lo=0, hi=MAX_TOKENS)
     check_capacity('out_cache_loc', out_cache_loc, batch * L)
+    if sliding and L > req_to_page.shape[1] * page_size:     # the ring wraps inside one request's tokens of the step
+        raise ValueError(f'uniform_input_length={L} tokens of one request do not fit a ring of req_to_page.shape[1]='
+                         f'{req_to_page.shape[1]} pages x page_size={page_size}: two of them would share a KV slot')
     if device_checks_enabled():
         check_values('cache_start', cache_start, lo=0)
         if not by_batch:
             check_values('req_pool_indices', req_pool_indices, lo=0, hi=req_to_page.shape[0])
             check_unique('pool row', req_pool_indices)
+        _check_ragged_slots('out_cache_loc', out_cache_loc, req_pool_indices, torch.full_like(cache_start, L),
+                            cache_start, req_to_page, page_size, batch * L, by_batch, sliding)
     if batch and L:
         LP = next_pow2(L)
         R = max(1, min(128, 1024 // LP))
@@ -435,7 +466,25 @@ def _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths, dumm
             raise ValueError(f'out_cache_locs[{g}] has {o.numel()} elements, out_cache_locs[0] has {outs[0].numel()}')
     rings = [0 if w is None else check_int(f'sliding_widths[{g}]', w, lo=1, hi=t.shape[1])
              for g, (w, t) in enumerate(zip(widths, tables))]
+    spans = sorted((o.data_ptr(), o.data_ptr() + o.numel() * o.element_size(), g) for g, o in enumerate(outs))
+    for (a0, a1, ga), (b0, b1, gb) in zip(spans, spans[1:]):     # two groups writing one memory: one loses its slots
+        if b0 < a1 and a1 > a0 and b1 > b0:
+            raise ValueError(f'out_cache_locs[{min(ga, gb)}] and out_cache_locs[{max(ga, gb)}] overlap in memory: '
+                             f'each group needs its own output')
     return outs, tables, sizes, rings, dummy
+
+# %% ../nbs/01_positions.ipynb #6f3c712f
+def _check_groups_values(outs, req_pool_indices, input_lengths, cache_start, tables, sizes, rings, total, by_batch):
+    "Debug mode: per group, every slot fits its output, and no request writes more tokens than a ring group holds."
+    for g, (o, t, p, w) in enumerate(zip(outs, tables, sizes, rings)):
+        if w and len(input_lengths):
+            lens = input_lengths.long().tolist()
+            i = max(range(len(lens)), key=lens.__getitem__)
+            if lens[i] > w * p:
+                raise ValueError(f'request {i}: input_lengths[{i}] = {lens[i]} tokens do not fit the ring of group {g} '
+                                 f'(sliding_widths[{g}]={w} pages x page_sizes[{g}]={p}): two would share a KV slot')
+        _check_ragged_slots(f'out_cache_locs[{g}]', o, req_pool_indices, input_lengths, cache_start,
+                            t[:, :w] if w else t, p, total, by_batch, sliding=bool(w))
 
 # %% ../nbs/01_positions.ipynb #dae626db
 def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor, input_lengths: torch.Tensor,
@@ -451,6 +500,8 @@ def compute_out_cache_loc_groups(out_cache_locs, req_pool_indices: torch.Tensor,
                                                      prefix=('cache_start', cache_start),
                                                      pool=None if by_batch else req_pool_indices,
                                                      rows=min(t.shape[0] for t in tables))
+    if device_checks_enabled(): _check_groups_values(outs, req_pool_indices, input_lengths, cache_start, tables, sizes,
+                                                     rings, total, by_batch)
     if batch and total:
         _groups(_ragged_grid(batch, total), input_lengths.contiguous(), cache_start.contiguous(),
                 req_pool_indices.contiguous(), batch, total, dummy, tuple(tables), tuple(outs),
