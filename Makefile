@@ -17,11 +17,13 @@ NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
 # bench/ (the benchmarks, not installed) is imported from the repository root by the notebooks that run them
 RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
 
-.PHONY: help install test check-export nbtest pytest demo bench readme docs docs-serve outputs clean
+.PHONY: help install test check-export nbtest pytest test-gpu sanitize demo bench readme docs docs-serve outputs clean
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
 	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
+	@echo "make test-gpu - GPU: every notebook and every pytest test but the docs site's, in parallel (NOVENV=1: no venv)"
+	@echo "make sanitize - GPU: the kernel tests under compute-sanitizer memcheck"
 	@echo "make bench  - GPU benchmarks side by side in one run, then the Performance page (NOVENV=1: no venv)"
 	@echo "make readme - README.md from nbs/index.ipynb"
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
@@ -52,6 +54,14 @@ pytest: $(STAMP)
 	@$(RUN) $(PY) -m pytest -q tests/
 
 test: check-export nbtest pytest
+
+# GPU: every notebook and every pytest test that does not need the docs toolchain, 8 workers (pytest-xdist), and the
+# kernel tests under compute-sanitizer memcheck; both record their counts in bench/results/gpu_suite.json.
+test-gpu: $(STAMP)
+	@$(RUN) $(PY) tools/gpu_suite.py
+
+sanitize: $(STAMP)
+	@$(RUN) $(PY) tools/gpu_suite.py --sanitize
 
 demo: $(STAMP)
 	@$(RUN) $(PY) -m tokenspeed_lit.demo --ranks $(or $(RANKS),1) $(DEMO_ARGS)

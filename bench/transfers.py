@@ -17,7 +17,8 @@ from .timing import Table, env_info, host_issue_us, _keep_busy
 
 # %% auto #0
 __all__ = ['Stamp', 'forward_unit', 'interference', 'check_round_trip', 'first_call_ratios', 'dma_transfer', 'launch_cost_beside',
-           'bench_host_interference', 'bench_layerwise', 'host_tier_goals']
+           'bench_host_interference', 'bench_layerwise', 'host_tier_goals', 'first_call_no_warmup',
+           'bench_first_call_no_warmup']
 
 # %% 03_transfers.ipynb #17b9607e
 class Stamp:
@@ -350,3 +351,35 @@ def host_tier_goals(d: dict) -> list[dict]:
                  measured=f"{lw['overlapped_ms']:.1f} ms vs {bound:.1f} ms{' (background)' if lw.get('background') else ''}"
                           + (f"; the contiguous DMA bound: {lw['bound_overlapped_ms']:.1f} ms" if 'bound_overlapped_ms' in lw else ''),
                  met=lw['overlapped_ms'] <= bound)]
+
+# %% 03_transfers.ipynb #d4efcbb6
+def first_call_no_warmup(page_size: int, pages: int = 256, warmup: bool | None = None, num_layers: int = 32,
+                         num_kv_heads: int = 8, head_dim: int = 128, device=None, seed: int = 0) -> dict:
+    "Construction, first and steady `store_pages` of `pages` random pages on a mirror nobody called `warmup()` on."
+    device, rng = as_device(device), np.random.default_rng(seed)
+    gpu = is_accel(device)
+    pool = PagedKVPool(pages + 1, page_size, num_layers, num_kv_heads, head_dim, torch.bfloat16 if gpu else torch.float32,
+                       device)
+    synchronize(device)
+    t0 = time.perf_counter(); m = FlatHostMirror(pool, pages, warmup=warmup); synchronize(device)
+    build_ms = 1e3 * (time.perf_counter() - t0)
+    pairs = np.stack([rng.permutation(pages) + 1, rng.permutation(pages)], 1)
+    def once():
+        t = time.perf_counter(); m.store_pages(pairs); synchronize(device); return 1e3 * (time.perf_counter() - t)
+    first = once()
+    steady = statistics.median(once() for _ in range(7))
+    return dict(page_size=page_size, pages=pages, warmup=warmup, transport=m.transport, build_ms=build_ms,
+                first_ms=first, steady_ms=steady, goal_ms=max(3 * steady, steady + 5))
+
+# %% 03_transfers.ipynb #4d342d34
+def bench_first_call_no_warmup(page_sizes=(4, 16, 64), pages: int = 256, variants=(None, False), **kw) -> list[dict]:
+    "`first_call_no_warmup` in a fresh interpreter per page size and variant (`None`: the default, `False`: cold)."
+    import json as _json, subprocess, sys
+    rows = []
+    for ps in page_sizes:
+        for w in variants:
+            code = ('import json, sys; from bench.transfers import first_call_no_warmup; '
+                    f'print("ROW", json.dumps(first_call_no_warmup({ps}, {pages}, {w!r}, **{kw!r})))')
+            out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+            rows.append(_json.loads(next(l for l in out.stdout.splitlines() if l.startswith('ROW '))[4:]))
+    return rows

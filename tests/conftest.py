@@ -8,7 +8,16 @@ settings.register_profile('ci', max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile('gpu', max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.device.HAS_ACCEL else 'ci'))
+# Under compute-sanitizer (`make sanitize`) every kernel runs tens of times slower: a handful of examples per property.
+settings.register_profile('sanitize', max_examples=6, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.device.HAS_ACCEL else 'ci')
+settings.load_profile(PROFILE)
+
+
+def kernel_examples(n: int) -> int:
+    "Examples for a kernel property: at least `n` (more than CI's 40), except under the sanitizer's small profile."
+    return settings.default.max_examples if PROFILE == 'sanitize' else max(n, settings.default.max_examples)
 
 
 # ---- helpers shared by the kernel tests: poisoned outputs with guard bands, random page tables ----

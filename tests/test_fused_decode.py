@@ -20,10 +20,10 @@ from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_i
 from tokenspeed_lit.padding import PaddedBuffers
 from tokenspeed_lit import fused_decode as fd
 
-from conftest import DEV, guarded as _guarded, assert_guards, random_table
+from conftest import DEV, guarded as _guarded, assert_guards, random_table, kernel_examples
 POISON, GUARD = -77, 5
 guarded = lambda n, dtype: _guarded(n, dtype, POISON, GUARD)
-KERNEL = settings(max_examples=max(100, settings.default.max_examples))   # kernel properties: more than CI's 40
+KERNEL = settings(max_examples=kernel_examples(100))   # kernel properties: more than CI's 40
 PAGE_SIZES = st.sampled_from([1, 2, 3, 4, 5, 16])
 
 

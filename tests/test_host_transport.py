@@ -237,6 +237,20 @@ def test_warmup_captures_and_compiles_everything_up_front():
         assert (len(_page_copy.cache), len(_ids_stage.cache)) == compiled, f'{transport}: a call compiled after warmup()'
 
 
+def test_a_mirror_of_the_default_transport_is_warm_from_construction():
+    "An engine that never calls warmup() still compiles and captures nothing on its first calls (issue 29)."
+    from tokenspeed_lit.host_transport import _page_copy, _ids_stage
+    pool = PagedKVPool(6, 2, 2, 1, 4, device=DEV)
+    m = FlatHostMirror(pool, 5)                           # no warmup(): the default transport warms itself
+    before, compiled = capture.calls, (len(_page_copy.cache), len(_ids_stage.cache))
+    pairs = [(1, 0), (2, 3)]
+    m.store_pages(pairs); m.load_pages(pairs); m.load_pages_with_events(pairs)
+    synchronize()
+    assert capture.calls == before and (len(_page_copy.cache), len(_ids_stage.cache)) == compiled
+    cold = FlatHostMirror(pool, 5, warmup=False)           # asked not to: the first call pays (on a GPU)
+    assert cold.transport == m.transport
+
+
 def test_fence_groups_never_split_a_layer():
     pool = PagedKVPool(4, 2, 6, 1, 4, device=DEV, state_layers=[3])
     m = FlatHostMirror(pool, 2, transport='zero_copy', fence_groups=7)

@@ -20,7 +20,8 @@ from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, rese
 DEV = default_device()
 POISON = -77
 MAMBA = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
-KERNEL = settings(max_examples=max(80, settings.default.max_examples))   # the fill property: more than CI's 40
+from conftest import kernel_examples
+KERNEL = settings(max_examples=kernel_examples(80))   # the fill property: more than CI's 40
 FORMS = (list, tuple, lambda v: np.array(v, dtype=np.int64), lambda v: torch.tensor(v, dtype=torch.int64))
 
 
@@ -373,3 +374,27 @@ def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
         synchronize(DEV)
         snaps.append({k: v.cpu() for k, v in ib.snapshot().items()})
     for k, v in snaps[0].items(): assert torch.equal(v, snaps[1][k]), k
+
+
+@KERNEL
+@given(st.integers(0, 6), st.integers(1, 3), st.booleans(), st.integers(0, 2**31 - 1), st.data())
+def test_a_staged_decode_step_fills_what_the_list_step_fills(B, W, with_overrides, seed, data):
+    "A decode step written straight into staging (`decode_slot` + `fill_staged_decode`) equals the same from lists."
+    pools = data.draw(st.permutations(list(range(1, 9))))[:B]
+    ovr = data.draw(st.lists(st.just(-1) | st.integers(-3, 110), min_size=B, max_size=B)) if with_overrides else None
+    out = []
+    for staged in (False, True):
+        rs, table = make_states(seed, 9, W, 100)
+        ib = InputBuffers(6, 24, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_(POISON)
+        ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)           # bind (an empty decode step)
+        if staged:
+            sl = ib.decode_slot()
+            sl.req_pool_indices[:B] = pools
+            if ovr is not None: sl.decode_input_ids[:B] = ovr
+            ib.fill_staged_decode(sl, B, rs, table, overrides=ovr is not None)
+        else: ib.fill_input_buffers(ForwardOp(list(range(B)), pools, [W] * B, decode_input_ids=ovr), rs, table, B * W)
+        synchronize(DEV)
+        out.append(({k: v.cpu() for k, v in ib.snapshot().items()},
+                    [t.cpu() for t in (rs.future_input_map, rs.remote_spec_candidate_ready)]))
+    for k, v in out[0][0].items(): assert torch.equal(v, out[1][0][k]), k
+    for a, b in zip(out[0][1], out[1][1]): assert torch.equal(a, b)

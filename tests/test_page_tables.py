@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 from tokenspeed_lit.device import default_device, HAS_ACCEL
 from tokenspeed_lit.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable, _expand_kernel
 
-from conftest import DEV, POISON, guarded2d, assert_guards2d as assert_guards
-KERNEL = settings(max_examples=max(100, settings.default.max_examples))
+from conftest import DEV, POISON, guarded2d, assert_guards2d as assert_guards, kernel_examples
+KERNEL = settings(max_examples=kernel_examples(100))
 
 
 @st.composite

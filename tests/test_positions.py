@@ -15,8 +15,8 @@ from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, 
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
                                       compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots)
 
-from conftest import DEV, POISON, GUARD, guarded, assert_guards
-KERNEL = settings(max_examples=max(150, settings.default.max_examples))   # kernel properties: more than CI's 40
+from conftest import DEV, POISON, GUARD, guarded, assert_guards, kernel_examples
+KERNEL = settings(max_examples=kernel_examples(150))   # kernel properties: more than CI's 40
 MAX_TOTAL = 700                      # tokens per call: the interpreter runs ~1 ms per program
 
 

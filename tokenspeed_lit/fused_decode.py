@@ -31,8 +31,8 @@ __all__ = ['H_BATCH', 'H_NUM_EXTENDS', 'H_PREFILL_TOKENS', 'H_WIDTH', 'H_TOTAL_T
            'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START', 'H_STAGED',
            'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA',
            'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep',
-           'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides', 'apply_overrides_ref',
-           'decode_step_ref']
+           'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides', 'StagingSlot',
+           'apply_overrides_ref', 'decode_step_ref']
 
 # %% ../nbs/03_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
@@ -734,6 +734,46 @@ def __call__(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int,
     "Stage and launch one decode step from host lists; returns the overrides (`None` when all are -1)."
     pools, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
     return self.issue_decode(pools, uniform_input_length, decode_input_ids, mamba)
+
+# %% ../nbs/03_fused_decode.ipynb #81a9de5a
+class StagingSlot:
+    "Numpy views of one host slot of a `FusedDecodeStep`: what a scheduler writes a decode step into."
+    def __init__(self, step: FusedDecodeStep, slot: int):
+        a, at, B = step._np[slot], step.layout, step.max_bs
+        self.slot = slot
+        self.req_pool_indices = a[at['pool']:at['pool'] + B]            # int32 [max_bs]
+        self.decode_input_ids = a[at['override']:at['override'] + B]    # int32 [max_bs]: -1, no override
+        self.mamba = a[at['mamba']:at['mamba'] + 4 * B].reshape(4, B) if step.buffers.has_mamba else None
+    def __repr__(self): return f'StagingSlot({self.slot}, max_bs={len(self.req_pool_indices)})'
+
+# %% ../nbs/03_fused_decode.ipynb #c08ba18e
+@patch
+def decode_slot(self: FusedDecodeStep) -> StagingSlot:
+    "The next host slot as numpy views, once the copy that last read it has run: write a decode step into it."
+    if not self.bound: raise ValueError('bind the step to its runtime state first: step.bind(...)')
+    s = self.acquire()
+    views = self.__dict__.setdefault('_staging', {})
+    if s not in views: views[s] = StagingSlot(self, s)
+    self._staged_slot = s
+    return views[s]
+
+# %% ../nbs/03_fused_decode.ipynb #85515dbc
+@patch
+def issue_staged_decode(self: FusedDecodeStep, staged: StagingSlot, batch: int, uniform_input_length: int,
+                        overrides: bool = False, mamba: bool = False) -> bool:
+    "Check and launch the decode step written into `staged` (first `batch` rows); returns whether it had overrides."
+    if not isinstance(staged, StagingSlot) or getattr(self, '_staged_slot', None) != staged.slot:
+        raise ValueError('staged must be the StagingSlot of the latest decode_slot() of this step, not yet issued')
+    self.check_decode(check_int('batch', batch, lo=0), uniform_input_length, None, None)
+    if mamba and not self.buffers.has_mamba: raise ValueError('mamba given but the buffers have no Mamba buffers')
+    s, self._staged_slot = staged.slot, None
+    self.check_pools(s, batch, 'req_pool_indices')
+    has = bool(overrides) and batch > 0 and bool((staged.decode_input_ids[:batch] != -1).any())
+    L = uniform_input_length
+    self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, bool(mamba))
+    if device_checks_enabled(): self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
+    self.launch(s)
+    return has
 
 # %% ../nbs/03_fused_decode.ipynb #46532157
 @patch

@@ -106,7 +106,7 @@ def flat_bytes_per_host_page(pool) -> int:
 class FlatHostMirror:
     "Pinned host copy of a paged device KV pool: each distinct device tensor once, moved by (device, host) page pairs."
     def __init__(self, device_kv_pool, num_host_pages: int, transport: str | None = None,
-                 fence_groups: int | None = None):
+                 fence_groups: int | None = None, warmup: bool | None = None):
         plan = self.layout = _plan(device_kv_pool)   # the host page layout (`_Plan`): transports read it
         self.page_size, self.num_k_tensors = plan.page_size, plan.num_k
         self.num_host_pages = check_positive('num_host_pages', num_host_pages)
@@ -128,6 +128,7 @@ class FlatHostMirror:
         self._issuer = self._issue_stream = None   # the background thread, made by the first background call
         self._fence_request = fence_groups
         self.transport = transport if transport is not None else default_transport(self.device)
+        if warmup or (warmup is None and transport is None): self._transport.warmup()   # the default: warm from the start
 
     @property
     def transport(self) -> str:

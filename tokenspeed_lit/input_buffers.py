@@ -240,6 +240,23 @@ def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens:
     "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request."
     self.step.dummy(batch_size, total_tokens)
 
+# %% ../nbs/04_input_buffers.ipynb #8b474fb4
+@patch
+def decode_slot(self: InputBuffers):
+    "A free host slot of the step (numpy views), for a scheduler that writes a decode step straight into staging."
+    return self.step.decode_slot()
+
+@patch
+def fill_staged_decode(self: InputBuffers, staged, batch: int, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
+                       table_order: str = 'pool', overrides: bool = False) -> bool:
+    "Issue the decode step of `batch` rows written into `staged` (from `decode_slot`); returns whether it had overrides."
+    step, states = self.step, runtime_states
+    state = (states.valid_cache_lengths, states.future_input_map, states.remote_spec_candidate_ready, states.vocab_size)
+    if not step.is_bound_to(*state, req_to_page, table_order): step.bind(*state, req_to_page, table_order)
+    has = step.issue_staged_decode(staged, batch, step.width, overrides)
+    self.all_extends_mid_chunk = False
+    return has
+
 # %% ../nbs/04_input_buffers.ipynb #4662e0bd
 from .positions import compute_positions_ref, compute_out_cache_loc_ref
 from .padding import reset_tail
