@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # NOVENV=1: use the python3 on PATH as it is (a GPU machine with torch, triton and nbdev already installed and no
-# package index), e.g. `make bench NOVENV=1`
+# package index), e.g. `make bench NOVENV=1`, `make demo NOVENV=1` (that python needs transformers too)
 PY = $(BIN)/python
 ifdef NOVENV
 BIN := $(patsubst %/,%,$(dir $(shell command -v python3)))
@@ -14,13 +14,14 @@ STAMP :=
 endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
 NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
-RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1;
+# HF_HUB_OFFLINE=1: the demo's transformers model is built from a config; nothing may be fetched.
+RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export HF_HUB_OFFLINE=1;
 
 .PHONY: help install test check-export nbtest pytest demo bench readme docs docs-serve outputs clean
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
-	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
+	@echo "make demo   - the serving-loop demo on a transformers Llama, checked against transformers every step (RANKS=2: data parallel)"
 	@echo "make bench  - GPU benchmarks side by side in one run, then the Performance page (NOVENV=1: no venv)"
 	@echo "make readme - README.md from nbs/index.ipynb"
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
