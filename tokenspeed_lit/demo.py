@@ -16,7 +16,7 @@ from .positions import compute_out_cache_loc_groups
 from .page_tables import DraftPageTable, expand_page_table_ref
 from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
-from .paged_llama import TOLERANCE, Reference, PagedLlama, reference, tiny_llama
+from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
 __all__ = ['SENTINEL', 'prompt_token', 'DemoConfig', 'Request', 'DemoViolation', 'Scheduler', 'Progress', 'serve', 'report',
@@ -277,7 +277,7 @@ def _admit(self: Scheduler):
 @patch
 def _reference(self: Scheduler, r: Request) -> Reference:
     "transformers' tokens, logits, keys and values for `r`, with `generate` checked against the forward."
-    ref = reference(self.llm, r.tokens, r.output_len + self.cfg.verify_width - 1)
+    ref = run_reference(self.llm, r.tokens, r.output_len + self.cfg.verify_width - 1)
     greedy = ref.logits.argmax(-1).tolist()
     for q in range(r.prompt_len - 1, len(ref.tokens) - 1):
         if ref.gap[q] > 2 * self.cfg.tolerance and greedy[q] != ref.tokens[q + 1]:

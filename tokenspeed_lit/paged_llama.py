@@ -12,7 +12,7 @@ from .kv_pool import PagedKVPool
 from .input_buffers import InputBuffers
 
 # %% auto #0
-__all__ = ['TOLERANCE', 'tiny_llama', 'Reference', 'reference', 'PagedLlama']
+__all__ = ['TOLERANCE', 'tiny_llama', 'Reference', 'run_reference', 'PagedLlama']
 
 # %% ../nbs/10_paged_llama.ipynb #0f91e90d
 def tiny_llama(vocab: int = 1000, layers: int = 2, heads: int = 4, kv_heads: int = 2, head_dim: int = 16,
@@ -48,7 +48,7 @@ class Reference:
 
 # %% ../nbs/10_paged_llama.ipynb #7730aff2
 @torch.no_grad()
-def reference(model, prompt, new_tokens: int) -> Reference:
+def run_reference(model, prompt, new_tokens: int) -> Reference:
     "`generate`'s greedy continuation of `prompt` by `new_tokens` tokens, and one forward over the whole sequence."
     prompt = [check_int('prompt token', t, 0, model.config.vocab_size - 1) for t in prompt]
     if not prompt: raise ValueError('prompt must hold at least one token')
