@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # NOVENV=1: use the python3 on PATH as it is (a GPU machine with torch, triton and nbdev already installed and no
-# package index), e.g. `make bench NOVENV=1`
+# package index), e.g. `make bench NOVENV=1`, `make demo NOVENV=1` (that python needs transformers too)
 PY = $(BIN)/python
 ifdef NOVENV
 BIN := $(patsubst %/,%,$(dir $(shell command -v python3)))
@@ -14,14 +14,15 @@ STAMP :=
 endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
 NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
-# bench/ (the benchmarks, not installed) is imported from the repository root by the notebooks that run them
-RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
+# bench/ (the benchmarks, not installed) is imported from the repository root by the notebooks that run them;
+# HF_HUB_OFFLINE=1: the demo's transformers model is built from a config, nothing may be fetched.
+RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export HF_HUB_OFFLINE=1; export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
 
 .PHONY: help install test check-export nbtest pytest test-gpu sanitize demo bench readme docs docs-serve outputs clean
 
 help:
 	@echo "make test   - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
-	@echo "make demo   - the serving-loop demo, every rule checked every step (RANKS=2: data parallel)"
+	@echo "make demo   - the serving-loop demo on a transformers Llama, checked against transformers every step (RANKS=2: data parallel)"
 	@echo "make test-gpu - GPU: every notebook and every pytest test but the docs site's, in parallel (NOVENV=1: no venv)"
 	@echo "make sanitize - GPU: the kernel tests under compute-sanitizer memcheck"
 	@echo "make bench  - GPU benchmarks side by side in one run, then the Performance page (NOVENV=1: no venv)"

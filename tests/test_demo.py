@@ -1,5 +1,6 @@
 """`make demo` at its CPU defaults, one rank and two (gloo), plus fault injection: the checks must catch a stale
-padded tail and a write into a free page, exit non-zero, and name the request, position and slot."""
+padded tail, a write into a free page and a wrong page in a request's history (through its logits), exit non-zero,
+and name the request, position and slot."""
 import os, subprocess, sys
 import pytest
 
@@ -13,19 +14,28 @@ def demo(*args, timeout=600):
 
 @pytest.mark.parametrize('ranks', [1, 2])
 def test_demo_passes_every_check(ranks):
-    r = demo('--ranks', str(ranks))
+    r = demo('--ranks', str(ranks), *(['--requests', '24'] if ranks > 1 else []))   # one rank: `make demo` as it is
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'all checks passed' in r.stdout
     assert f'ranks                {ranks}' in r.stdout
-    finished = int(next(l for l in r.stdout.splitlines() if l.startswith('requests finished')).split()[-1])
-    assert finished > 0
-    for line in ('graph replays', 'offloads', 'single-token verifies'):
-        assert line in r.stdout
+    line = lambda start: next(l for l in r.stdout.splitlines() if l.startswith(start))
+    assert int(line('requests finished').split()[2].rstrip(',')) > 0
+    assert "each output equal to generate's" in line('requests finished')
+    logits, kv = line('logits compared').split(), line('KV compared').split()
+    assert int(logits[2]) > 0 and int(kv[2]) > 0
+    tol = float(logits[logits.index('(tolerance') + 1].rstrip(');'))
+    assert float(logits[logits.index('|difference|') + 1]) <= tol and float(kv[kv.index('|difference|') + 1]) <= tol
+    for words in ('graph replays', 'offloads', 'single-token verifies', 'model: transformers Llama', 'transformers 5.'):
+        assert words in r.stdout
+    # not a terminal: the progress bar writes plain lines, one per tenth of the requests, no carriage returns
+    assert '\r' not in r.stderr
+    assert 1 <= sum('requests finished' in l for l in r.stderr.splitlines()) <= 10, r.stderr
 
 
 @pytest.mark.parametrize('fault, ranks, words', [
     ('stale-tail', 1, ['out_cache_loc_buf', 'padding', 'slot', '= request', 'position']),
     ('stray-write', 2, ['slot', 'owned by no request']),
+    ('wrong-page', 1, ['logits of request', 'at position', 'slot', "differ from transformers'", 'tolerance']),
 ])
 def test_demo_catches_injected_faults(fault, ranks, words):
     r = demo('--fault', fault, '--ranks', str(ranks), '--requests', '16')

@@ -4,11 +4,11 @@
 
 # %% ../nbs/08_demo.ipynb #8fd21720
 from __future__ import annotations
-import argparse, json, math, os, random, socket, statistics, sys, tempfile, time
+import argparse, json, math, os, platform, random, socket, statistics, sys, tempfile, time
 from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
-from .device import default_device, triton_interpreted, describe
+from .device import default_device, as_device, is_accel, triton_interpreted
 from .streams import synchronize, new_stream
 from .graphs import capture
 from .ranks import dist_init, dist_all_reduce, dist_close
@@ -18,22 +18,23 @@ from .positions import compute_out_cache_loc_groups
 from .page_tables import DraftPageTable, expand_page_table_ref
 from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
+from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
-__all__ = ['SENTINEL', 'true_token', 'DemoConfig', 'Request', 'DemoViolation', 'ToyModel', 'kv_rows', 'Scheduler', 'Progress',
-           'serve', 'report', 'int_arg', 'parser', 'main']
+__all__ = ['SENTINEL', 'prompt_token', 'DemoConfig', 'Request', 'DemoViolation', 'Scheduler', 'Progress', 'serve', 'report',
+           'machine_line', 'int_arg', 'parser', 'main']
 
 # %% ../nbs/08_demo.ipynb #7050651b
-def true_token(uid: int, position: int, vocab: int) -> int:
-    "The token request `uid` has at `position` (prompt or generated): a fixed pseudo-random function."
+def prompt_token(uid: int, position: int, vocab: int) -> int:
+    "The prompt token request `uid` has at `position`: a fixed pseudo-random function."
     return (uid * 7919 + position * 104729 + 13) % (vocab - 2) + 2
 
-SENTINEL = -1.0   # what a free page holds: KV values (token, position) are never negative
+SENTINEL = -1.0   # what a free page holds
 
 # %% ../nbs/08_demo.ipynb #d0e5aa5f
 @dataclass
 class DemoConfig:
-    "Sizes and probabilities of a demo run."
+    "Sizes and probabilities of a demo run, and the shape of its model."
     requests: int = 64          # requests per rank
     max_bs: int = 8             # rows per step (the largest captured batch size)
     max_num_tokens: int = 64    # tokens per step
@@ -41,10 +42,14 @@ class DemoConfig:
     verify_width: int = 2       # speculative verify width L of decode rows
     num_pages: int = 192        # device KV pages (page 0 is the dummy page)
     host_pages: int = 128       # pages of the host mirror
-    layers: int = 2
-    kv_heads: int = 1           # K and V rows are [kv_heads, head_dim]: (token, position) repeated
-    head_dim: int = 2
+    layers: int = 2             # the model: a transformers Llama with random weights (paged_llama.tiny_llama)
+    heads: int = 4
+    kv_heads: int = 2           # grouped-query attention; K and V rows of the pool are [kv_heads, head_dim]
+    head_dim: int = 16
+    intermediate: int = 128
     vocab: int = 1000
+    model_seed: int = 0         # the model's weights: the same on every rank
+    tolerance: float = TOLERANCE   # largest |difference| from transformers of a logit, a key or a value (float32)
     max_prompt: int = 40
     max_output: int = 24
     chunk: int = 24             # largest prefill chunk of one row in one step
@@ -53,12 +58,12 @@ class DemoConfig:
     idle_steps: tuple = (2, 6)
     p_override: float = 0.2     # a decode row gets a host override of its verified token
     p_no_candidates: float = 0.5  # ... and its draft candidates are not ready (single-token verify)
-    p_good_draft: float = 0.7   # a draft candidate is the true next token
+    p_good_draft: float = 0.7   # a draft candidate is the reference's next token
     p_bad_id: float = 0.05      # a draft candidate is out of the vocabulary (must be clamped)
     capture_sizes: tuple = (1, 2, 4, 8)
     seed: int = 0
     max_steps: int = 3000
-    fault: str = 'none'         # inject a fault to watch the checks catch it: 'none', 'stale-tail', 'stray-write'
+    fault: str = 'none'         # a fault the checks must catch: 'none', 'stale-tail', 'stray-write', 'wrong-page'
     sliding_pages: int = 3      # the second KV group: a sliding window, a ring of this many pages per request
     draft_ratio: int = 2        # the draft model's pages: this many per page of the target's table
     repeat_prep: bool = False   # time fill_input_buffers a second time at once, on steps without overrides
@@ -68,10 +73,16 @@ class DemoConfig:
         "Small defaults under the Triton interpreter, larger ones on a GPU."
         if not triton_interpreted():
             kw = dict(dict(requests=256, max_bs=64, max_num_tokens=512, num_pages=4096, host_pages=2048, layers=4,
-                           kv_heads=8, head_dim=128,
-                           max_prompt=300, max_output=64, chunk=128, arrivals_per_step=8,
+                           heads=8, kv_heads=2, head_dim=64, intermediate=1024, vocab=8192,
+                           max_prompt=300, max_output=32, chunk=128, arrivals_per_step=8,
                            capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True), **kw)
         return cls(**kw)
+
+    def model_line(self) -> str:
+        "The model in words."
+        return (f'transformers Llama, {self.layers} layers, {self.heads} query / {self.kv_heads} KV heads of '
+                f'{self.head_dim}, vocab {self.vocab}, random weights (seed {self.model_seed}), float32, '
+                f'tolerance {self.tolerance:g}')
 
 # %% ../nbs/08_demo.ipynb #e847cf57
 @dataclass
@@ -82,40 +93,19 @@ class Request:
     output_len: int
     state: str = 'waiting'      # waiting, prefill, decode, idle (pages on the host), done
     pool_row: int = 0
+    tokens: list = field(default_factory=list)      # the prompt, then every token the engine sampled
     pages: list = field(default_factory=list)       # device page ids, in position order
     old_pages: list = field(default_factory=list)   # the pages it had before going idle
     host_pages: list = field(default_factory=list)  # host mirror pages while idle
     snapshot: list = field(default_factory=list)    # bytes stored to the host, to check the round trip
     cache_len: int = 0          # positions whose KV is cached
-    generated: int = 0
     idle_until: int = 0
     drafts: list = field(default_factory=list)      # draft candidates for columns 1.. (host copy)
+    ref: Reference | None = None                    # what transformers computes for it (from admission to the end)
 
 # %% ../nbs/08_demo.ipynb #6d04ef3b
 class DemoViolation(AssertionError):
     "A check failed: the message names the step, request, position and slot."
-
-# %% ../nbs/08_demo.ipynb #ae52cae1
-class ToyModel:
-    "Writes a checkable KV value for every staged token, in every layer."
-    def __init__(self, pool: PagedKVPool, bufs: InputBuffers):
-        self.pool, self.bufs = pool, bufs
-    def forward(self, num_tokens: int):
-        b = self.bufs
-        ids = b.input_ids_buf[:num_tokens].to(torch.float32)
-        pos = b.positions_buf[:num_tokens].to(torch.float32)
-        loc = b.out_cache_loc_buf[:num_tokens].to(torch.int64)
-        k = kv_rows(ids, pos, self.pool)                     # [tokens, heads, head_dim]
-        v = kv_rows(pos, ids, self.pool)
-        for layer in range(self.pool.num_layers):
-            self.pool.k_of(layer).index_copy_(0, loc, k)
-            self.pool.v_of(layer).index_copy_(0, loc, v)
-
-# %% ../nbs/08_demo.ipynb #44c4c8e0
-def kv_rows(a: torch.Tensor, b: torch.Tensor, pool: PagedKVPool) -> torch.Tensor:
-    "Rows `[a, b, a, b, ...]` shaped like one token's K (or V) in `pool`: `[tokens, heads, head_dim]`."
-    heads, dim = pool.k_buffer[0].shape[-2:]
-    return torch.stack([a, b], dim=-1).repeat(1, heads * dim // 2).view(-1, heads, dim)
 
 # %% ../nbs/08_demo.ipynb #f428ec9e
 class Scheduler:
@@ -146,17 +136,23 @@ class Scheduler:
         self.batch_ring = torch.zeros((cfg.max_bs, W), dtype=torch.int32, device=self.device)
         self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
         self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
-        self.model = ToyModel(self.pool, self.bufs)
+        self.llm = tiny_llama(cfg.vocab, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
+                              max_positions=self.width * cfg.page_size, seed=cfg.model_seed, device=self.device)
+        self.model = PagedLlama(self.llm, self.pool, self.bufs, self.batch_table)   # reads the batch-ordered table
         self.graphs = {}                                     # padded batch size -> captured decode forward
         self.stream = new_stream(self.device)
         self.free_rows = list(range(self.pool_rows, 0, -1))  # pool row 0 is the padding row
-        self.requests = [Request(uid=rank * 1_000_000 + i, prompt_len=self.rng.randint(1, cfg.max_prompt),
-                                 output_len=self.rng.randint(1, cfg.max_output)) for i in range(cfg.requests)]
+        self.requests = []
+        for i in range(cfg.requests):
+            uid, n = rank * 1_000_000 + i, self.rng.randint(1, cfg.max_prompt)
+            self.requests.append(Request(uid=uid, prompt_len=n, output_len=self.rng.randint(1, cfg.max_output),
+                                         tokens=[prompt_token(uid, q, cfg.vocab) for q in range(n)]))
         self.arrived = 0
         self.step_no = 0
         self.stats = dict(steps=0, graph_steps=0, dummy_steps=0, mixed_steps=0, prefill_steps=0, tokens=0,
                           finished=0, offloads=0, resumes=0, overrides=0, single_verify=0, accepted_drafts=0,
-                          checks=0, host_bytes=0, host_seconds=0.0, prep_us=[], prep_decode_us=[],
+                          checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
+                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, prep_us=[], prep_decode_us=[],
                           prep_repeat_us=[], prep_decode_repeat_us=[])
 
 
@@ -275,8 +271,21 @@ def _admit(self: Scheduler):
         if self.arrived < len(self.requests) and self.free_rows:
             r = self.requests[self.arrived]; self.arrived += 1
             r.pool_row, r.state = self.free_rows.pop(), 'prefill'
+            r.ref = self._reference(r)
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self._write_table_row(r)
+
+# %% ../nbs/08_demo.ipynb #2bb5d13f
+@patch
+def _reference(self: Scheduler, r: Request) -> Reference:
+    "transformers' tokens, logits, keys and values for `r`, with `generate` checked against the forward."
+    ref = run_reference(self.llm, r.tokens, r.output_len + self.cfg.verify_width - 1)
+    greedy = ref.logits.argmax(-1).tolist()
+    for q in range(r.prompt_len - 1, len(ref.tokens) - 1):
+        if ref.gap[q] > 2 * self.cfg.tolerance and greedy[q] != ref.tokens[q + 1]:
+            raise DemoViolation(f'request {r.uid}: generate gives token {ref.tokens[q + 1]} at position {q + 1}, '
+                                f'the forward over the whole sequence {greedy[q]} (top-2 gap {ref.gap[q]:.3g})')
+    return ref
 
 # %% ../nbs/08_demo.ipynb #2a800287
 @patch
@@ -305,21 +314,20 @@ def _stage(self: Scheduler, rows):
     prefill = [(r, n) for r, n, p in rows if p]
     decode = [r for r, n, p in rows if not p]
     ids, shifted = [], []
-    for r, n in prefill:
-        toks = [true_token(r.uid, q, V) for q in range(r.cache_len, r.cache_len + n + 1)]
-        ids += toks[:-1]; shifted += toks[1:]
+    for r, n in prefill:   # the shifted ids' last one is the token this step samples: the reference's
+        ids += r.tokens[r.cache_len:r.cache_len + n]; shifted += r.ref.tokens[r.cache_len + 1:r.cache_len + n + 1]
     overrides, corrupt, not_ready = [], [], []
     for r in decode:
         if self.rng.random() < cfg.p_override:
-            overrides.append(true_token(r.uid, r.cache_len, V)); corrupt.append(r.pool_row)
+            overrides.append(r.tokens[r.cache_len]); corrupt.append(r.pool_row)
             if self.rng.random() < cfg.p_no_candidates: not_ready.append(r)
         else: overrides.append(-1)
-    exp_ids, exp_pos, exp_loc, exp_single = [], [], [], []
+    fed, exp_pos, exp_loc, exp_single = [], [], [], []
     for r, n, p in rows:
-        if p: exp_ids += [true_token(r.uid, q, V) for q in range(r.cache_len, r.cache_len + n)]
+        if p: fed.append(r.tokens[r.cache_len:r.cache_len + n])
         else:
-            first, single = true_token(r.uid, r.cache_len, V), r in not_ready
-            exp_ids += [first] + ([first] * (L - 1) if single else [min(max(d, 0), V - 1) for d in r.drafts])
+            first, single = r.tokens[r.cache_len], r in not_ready
+            fed.append([first] + ([first] * (L - 1) if single else [min(max(d, 0), V - 1) for d in r.drafts]))
             exp_single.append(single)
         exp_pos += list(range(r.cache_len, r.cache_len + n))
         exp_loc += [self._slot(r, q) for q in range(r.cache_len, r.cache_len + n)]
@@ -328,7 +336,8 @@ def _stage(self: Scheduler, rows):
                    extend_prefix_lens=[r.cache_len for r, _ in prefill],
                    prefill_lengths=[r.prompt_len for r, _ in prefill],
                    decode_input_ids=overrides if decode else None)
-    expect = dict(ids=exp_ids, pos=exp_pos, loc=exp_loc, single=exp_single, seq=[r.cache_len + n for r, n, _ in rows])
+    expect = dict(ids=[t for f in fed for t in f], fed=fed, pos=exp_pos, loc=exp_loc, single=exp_single,
+                  seq=[r.cache_len + n for r, n, _ in rows])
     return op, corrupt, not_ready, expect
 
 # %% ../nbs/08_demo.ipynb #4140cd63
@@ -340,6 +349,7 @@ def _check_staging(self: Scheduler, rows, expect, padded_bs: int, padded_tokens:
     want = dict(input_ids_buf=expect['ids'] + [PAD_TOKEN_ID] * (T - total),
                 positions_buf=expect['pos'] + [0] * (T - total),
                 out_cache_loc_buf=expect['loc'] + [self.dummy_slot] * (T - total),
+                input_lengths_buf=[n for _, n, _ in rows] + [1] * (T - bs),
                 seq_lens_buf=expect['seq'] + [1] * (B - bs),
                 req_pool_indices_buf=[r.pool_row for r, _, _ in rows] + [0] * (B - bs))
     for name, values in want.items():
@@ -361,6 +371,42 @@ def _check_staging(self: Scheduler, rows, expect, padded_bs: int, padded_tokens:
                             f'is {single[i]}, expected {expect["single"][i]}')
     self.stats['checks'] += 1
 
+# %% ../nbs/08_demo.ipynb #5a670185
+@patch
+def _check_logits(self: Scheduler, rows, expect) -> list:
+    "Logits of every token whose prefix is the reference's, against transformers'; returns each row's greedy tokens."
+    tol, idx, want, who, counts, off = self.cfg.tolerance, [], [], [], [], 0
+    for (r, n, p), fed in zip(rows, expect['fed']):
+        c = r.cache_len
+        m = n if p else next((j for j in range(1, n) if fed[j] != r.ref.tokens[c + j]), n)
+        idx += range(off, off + m); want.append(r.ref.logits[c:c + m]); who += [(r, c + j) for j in range(m)]
+        counts.append(m); off += n
+    got = self.model.logits[torch.tensor(idx, device=self.device)]
+    diff = (got - torch.cat(want)).abs().amax(-1)
+    worst = diff.max().item()
+    self.stats['max_logit_diff'] = max(self.stats['max_logit_diff'], worst)
+    if worst > tol:
+        i = int((diff > tol).nonzero()[0, 0]); r, q = who[i]
+        raise DemoViolation(f"step {self.step_no}: logits of request {r.uid} at position {q} (slot {self._slot(r, q)}) "
+                            f"differ from transformers' by {diff[i].item():.3g} (tolerance {tol:g})")
+    self.stats['logits_compared'] += len(idx); self.stats['checks'] += 1
+    greedy, out = got.argmax(-1).tolist(), []
+    for m in counts: out.append(greedy[:m]); greedy = greedy[m:]
+    return out
+
+# %% ../nbs/08_demo.ipynb #52d68453
+@patch
+def _next_token(self: Scheduler, r: Request, q: int, greedy: int) -> int:
+    "The token after position `q`: the engine's greedy token, which must be transformers' unless they near-tie."
+    want = r.ref.tokens[q + 1]
+    if r.ref.gap[q] <= 2 * self.cfg.tolerance:
+        self.stats['near_ties'] += 1
+        return want
+    if greedy != want:
+        raise DemoViolation(f"step {self.step_no}: the greedy token of request {r.uid} after position {q} (slot "
+                            f"{self._slot(r, q)}) is {greedy}, transformers' is {want} (top-2 gap {r.ref.gap[q]:.3g})")
+    return greedy
+
 # %% ../nbs/08_demo.ipynb #3569c252
 @patch
 def _owner_of_slot(self: Scheduler, slot: int) -> str:
@@ -373,26 +419,25 @@ def _owner_of_slot(self: Scheduler, slot: int) -> str:
 # %% ../nbs/08_demo.ipynb #bf99a093
 @patch
 def _check_kv(self: Scheduler):
-    "Every live request's KV is (token, position) at every cached position; free pages hold the sentinel."
-    V, ps = self.cfg.vocab, self.cfg.page_size
-    slots, toks, poss, owners = [], [], [], []
-    for r in self.requests[:self.arrived]:
-        if r.state not in ('prefill', 'decode'): continue
-        for q in range(r.cache_len):
-            slots.append(self._slot(r, q)); toks.append(true_token(r.uid, q, V)); poss.append(q); owners.append(r)
+    "Every live request's K and V are transformers' at every cached position; free pages hold the sentinel."
+    tol, nl, ps = self.cfg.tolerance, self.pool.num_layers, self.cfg.page_size
+    slots, poss, owners, want_k, want_v = [], [], [], [], []
+    for r in self.live:
+        if not r.cache_len: continue
+        slots += [self._slot(r, q) for q in range(r.cache_len)]; poss += range(r.cache_len); owners += [r] * r.cache_len
+        want_k.append(r.ref.keys[:, :r.cache_len]); want_v.append(r.ref.values[:, :r.cache_len])
     if slots:
-        idx = torch.tensor(slots, device=self.device)
-        t_, p_ = (torch.tensor(x, dtype=torch.float32, device=self.device) for x in (toks, poss))
-        want_k, want_v = kv_rows(t_, p_, self.pool), kv_rows(p_, t_, self.pool)
-        for layer in range(self.pool.num_layers):
-            for name, got, want in (('K', self.pool.k_of(layer)[idx], want_k),
-                                    ('V', self.pool.v_of(layer)[idx], want_v)):
-                bad = (got != want).flatten(1).any(1)
-                if bool(bad.any()):
-                    i = int(bad.nonzero()[0, 0])
-                    raise DemoViolation(f'step {self.step_no}: layer {layer} {name} of request {owners[i].uid} at '
-                                        f'position {poss[i]} (slot {slots[i]}) is {got[i].flatten()[:4].tolist()}..., '
-                                        f'expected {want[i].flatten()[:4].tolist()}...')
+        idx, wk, wv = torch.tensor(slots, device=self.device), torch.cat(want_k, 1), torch.cat(want_v, 1)
+        diff = torch.stack([(self.pool.k_of(l)[idx] - wk[l]).abs().flatten(1).amax(1) for l in range(nl)] +
+                           [(self.pool.v_of(l)[idx] - wv[l]).abs().flatten(1).amax(1) for l in range(nl)])
+        worst = diff.max().item()
+        self.stats['max_kv_diff'] = max(self.stats['max_kv_diff'], worst)
+        if worst > tol:
+            which, i = divmod(int((diff > tol).flatten().nonzero()[0, 0]), len(slots))
+            raise DemoViolation(f"step {self.step_no}: layer {which % nl} {'KV'[which // nl]} of request {owners[i].uid} "
+                                f"at position {poss[i]} (slot {slots[i]}) differs from transformers' by "
+                                f"{diff[which, i].item():.3g} (tolerance {tol:g})")
+        self.stats['kv_compared'] += len(slots)
     owned = torch.zeros(self.pool.num_pages, dtype=torch.bool)
     owned[0] = True                                            # the dummy page absorbs padding
     for r in self.requests[:self.arrived]:
@@ -414,12 +459,12 @@ def _decode_graph(self: Scheduler, padded_bs: int):
     if padded_bs not in self.graphs:
         n = padded_bs * self.cfg.verify_width
         # capture's warm-up runs the forward over this step's staged buffers, exactly as the replay will
-        self.graphs[padded_bs] = capture(lambda: self.model.forward(n), self.device)
+        self.graphs[padded_bs] = capture(lambda: self.model.forward(n, padded_bs), self.device)
     return self.graphs[padded_bs]
 
 # %% ../nbs/08_demo.ipynb #c1cbb799
 @patch
-def _inject(self: Scheduler, total: int):
+def _inject(self: Scheduler, rows, total: int):
     "Sabotage for the fault-injection tests: the checks must catch it."
     if self.cfg.fault == 'stale-tail' and self.step_no > 5:
         live = next((self._slot(r, 0) for r in self.live if r.pages), None)
@@ -428,6 +473,10 @@ def _inject(self: Scheduler, total: int):
         owned = {p for r in self.requests for p in r.pages}
         page = next(p for p in range(1, self.pool.num_pages) if p not in owned)
         self.pool.k_of(0)[page * self.cfg.page_size] = 5.0
+    if self.cfg.fault == 'wrong-page' and self.step_no > 5:
+        i = next((i for i, (r, _, _) in enumerate(rows) if r.cache_len >= self.cfg.page_size), None)
+        if i is not None:        # page 0 of a row with a whole cached page: history, no slot of this step
+            self.batch_table[i, 0] = rows[i][0].pages[0] % (self.pool.num_pages - 1) + 1
 
 # %% ../nbs/08_demo.ipynb #bdc6dc63
 @patch
@@ -491,6 +540,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     L, V = self.cfg.verify_width, self.cfg.vocab
     if not rows:      # data-parallel: this rank has nothing to run but must replay the agreed graph
         self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L)
+        self.batch_table.zero_()                             # every padded row reads the dummy page
         self._decode_graph(padded_bs).replay()
         synchronize(self.device)
         self._check_kv()
@@ -514,18 +564,19 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
         t0 = time.perf_counter()
         fill()
         self.stats[kind.replace('_us', '_repeat_us')].append(1e6 * (time.perf_counter() - t0))
-    self._inject(total)
+    self._inject(rows, total)
     self._groups_and_draft(rows, total, padded_bs)
     if padded_bs is not None:
         self._decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1
         padded_tokens = padded_bs * L
     else:
-        self.model.forward(total); padded_tokens = total
+        self.model.forward(total, len(rows)); padded_tokens = total
         self.stats['mixed_steps' if any(not p for _, _, p in rows) else 'prefill_steps'] += 1
     synchronize(self.device)
     self._check_staging(rows, expect, padded_bs or len(rows), padded_tokens)
     self._check_groups_and_draft(rows, expect, padded_bs)
-    self._sample(rows, not_ready)
+    greedy = self._check_logits(rows, expect)
+    self._sample(rows, not_ready, expect, greedy)
     self._check_kv()
     self.stats['steps'] += 1; self.stats['tokens'] += total
     self.stats['overrides'] += sum(1 for x in op.decode_input_ids or [] if x != -1)
@@ -535,35 +586,48 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
 def _candidates(self: Scheduler, r: Request) -> list:
     V, out = self.cfg.vocab, []
     for j in range(1, self.cfg.verify_width):
-        u, good = self.rng.random(), true_token(r.uid, r.cache_len + j, V)
+        u, good = self.rng.random(), r.ref.tokens[r.cache_len + j]
         out.append(self.rng.choice([V + 7, -3]) if u < self.cfg.p_bad_id else
                    good if u < self.cfg.p_bad_id + self.cfg.p_good_draft else (good + 1) % V)
     return out
 
+# %% ../nbs/08_demo.ipynb #419a7769
+@patch
+def _finish(self: Scheduler, r: Request):
+    "The output of a finished `r` must be `generate`'s; then its pages and pool row are freed."
+    P = r.prompt_len
+    out, want = r.tokens[P:], r.ref.tokens[P:P + r.output_len]
+    if out != want:
+        i = next(i for i, (a, b) in enumerate(zip(out, want)) if a != b)
+        raise DemoViolation(f"step {self.step_no}: request {r.uid}'s output differs from generate's at position "
+                            f"{P + i}: {out[i]}, generate {want[i]}")
+    r.state, r.ref = 'done', None
+    self.stats['finished'] += 1
+    self._release(r); self.free_rows.append(r.pool_row)
+
 # %% ../nbs/08_demo.ipynb #b1d9c08e
 @patch
-def _sample(self: Scheduler, rows, not_ready):
-    V = self.cfg.vocab
-    updated = []
-    for r, n, p in rows:
+def _sample(self: Scheduler, rows, not_ready, expect, greedy):
+    V, updated = self.cfg.vocab, []
+    for (r, n, p), fed, g in zip(rows, expect['fed'], greedy):
+        c = r.cache_len
         if p:
             r.cache_len += n
             if r.cache_len < r.prompt_len: continue
-            r.state = 'decode'
+            r.tokens.append(self._next_token(r, c + n - 1, g[n - 1])); r.state = 'decode'
         else:
-            accept = 1
-            if r in not_ready: self.stats['single_verify'] += 1
-            else:
-                for j, d in enumerate(r.drafts, start=1):
-                    if d != true_token(r.uid, r.cache_len + j, V): break
-                    accept += 1
-            accept = min(accept, r.output_len - r.generated)
-            self.stats['accepted_drafts'] += accept - 1
-            r.cache_len += accept; r.generated += accept
-            if r.generated >= r.output_len:
-                r.state = 'done'; self.stats['finished'] += 1
-                self._release(r); self.free_rows.append(r.pool_row)
-                continue
+            single = r in not_ready
+            self.stats['single_verify'] += single
+            j = 0
+            while True:
+                r.tokens.append(self._next_token(r, c + j, g[j]))
+                if (len(r.tokens) - r.prompt_len >= r.output_len or single or j + 1 == n
+                        or fed[j + 1] != r.tokens[-1]): break
+                j += 1
+            r.cache_len += j + 1; self.stats['accepted_drafts'] += j
+        if len(r.tokens) - r.prompt_len >= r.output_len:
+            self._finish(r)
+            continue
         r.drafts = self._candidates(r)
         updated.append(r)
     rows_t = torch.tensor([r.pool_row for r, _, _ in rows], device=self.device)
@@ -572,27 +636,35 @@ def _sample(self: Scheduler, rows, not_ready):
     if updated:
         u = torch.tensor([r.pool_row for r in updated], device=self.device)
         fim = self.states.future_input_map
-        fim[u] = torch.tensor([[true_token(r.uid, r.cache_len, V)] + r.drafts for r in updated],
-                              dtype=fim.dtype).to(self.device)
+        fim[u] = torch.tensor([[r.tokens[r.cache_len]] + r.drafts for r in updated], dtype=fim.dtype).to(self.device)
         self.states.remote_spec_candidate_ready[u] = True
 
 # %% ../nbs/08_demo.ipynb #06c87f30
 class Progress:
-    "A one-line progress bar on stderr."
-    def __init__(self, total: int, what: str, width: int = 30):
+    "A progress bar on stderr: redrawn in place on a terminal, else a plain line every tenth of the total."
+    def __init__(self, total: int, what: str, width: int = 30, stream=None):
         self.total, self.what, self.width, self.t0, self.last = total, what, width, time.time(), -1
+        self.stream = stream or sys.stderr
+        self.tty, self.tenths = getattr(self.stream, 'isatty', lambda: False)(), 0
     def update(self, n: int):
         if n == self.last: return
         self.last = n
         filled = int(self.width * n / max(self.total, 1))
-        sys.stderr.write(f'\r[{"#" * filled}{"." * (self.width - filled)}] {n}/{self.total} {self.what} '
-                         f'({time.time() - self.t0:.0f}s)')
-        sys.stderr.flush()
-    def close(self): sys.stderr.write('\n'); sys.stderr.flush()
+        line = (f'[{"#" * filled}{"." * (self.width - filled)}] {n}/{self.total} {self.what} '
+                f'({time.time() - self.t0:.0f}s)')
+        if self.tty: self.stream.write('\r' + line)
+        else:             # a log file or a pipe: no carriage returns, one line per tenth
+            tenths = 10 * n // max(self.total, 1)
+            if tenths <= self.tenths: return
+            self.tenths = tenths; self.stream.write(line + '\n')
+        self.stream.flush()
+    def close(self):
+        if self.tty: self.stream.write('\n'); self.stream.flush()
 
 # %% ../nbs/08_demo.ipynb #51dbe393
 def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True) -> dict:
     "Run one rank's serving loop to completion; returns its statistics."
+    torch.backends.cuda.matmul.allow_tf32 = False       # float32 matmuls in float32: the tolerance assumes it
     s = Scheduler(cfg, rank=rank)
     bar = Progress(cfg.requests * world, 'requests finished') if progress and rank == 0 else None
     while True:
@@ -605,7 +677,7 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True)
         finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
         if bar: bar.update(finished)
     if bar: bar.close()
-    s.stats['ranks'] = world
+    s.stats.update(ranks=world, tolerance=cfg.tolerance)
     return s.stats
 
 # %% ../nbs/08_demo.ipynb #33ceac6b
@@ -621,7 +693,12 @@ def report(stats: dict) -> str:
         f"steps                {stats['steps']} ({stats['graph_steps']} graph replays, {stats['mixed_steps']} mixed, "
         f"{stats['prefill_steps']} prefill, {stats['dummy_steps']} dummy decodes)",
         f"tokens               {stats['tokens']}",
-        f"requests finished    {stats['finished']}",
+        f"requests finished    {stats['finished']}, each output equal to generate's",
+        f"logits compared      {stats['logits_compared']} tokens against transformers: max |difference| "
+        f"{stats['max_logit_diff']:.1e} (tolerance {stats['tolerance']:g}); {stats['near_ties']} near-ties "
+        f"continued on transformers' token",
+        f"KV compared          {stats['kv_compared']} cached positions (every live request's, after every step), K "
+        f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
         f"overrides            {stats['overrides']} ({stats['single_verify']} single-token verifies); "
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "
@@ -638,16 +715,34 @@ def _summary(stats: dict) -> dict:
     return {**stats, **{k: _median(stats[k]) for k in ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us')}}
 
 _SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
-           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'host_bytes')
+           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
+           'kv_compared', 'host_bytes')
+_MAXED = ('max_logit_diff', 'max_kv_diff')   # floats: all-reduced as integers in units of 1e-12
+
+# %% ../nbs/08_demo.ipynb #0aa4a344
+def machine_line(device=None) -> str:
+    "Where the demo runs, in one line: the device, and the versions of torch, triton, CUDA and transformers."
+    import triton
+    from importlib.metadata import version
+    device = as_device(device)
+    name = torch.cuda.get_device_name(device) if is_accel(device) else f'CPU ({platform.processor() or platform.machine()})'
+    cuda = f' | CUDA {torch.version.cuda}' if is_accel(device) else ''
+    return f'{name} | torch {torch.__version__} | triton {triton.__version__}{cuda} | transformers {version("transformers")}'
 
 # %% ../nbs/08_demo.ipynb #769092c9
+def _threads_per_rank(world: int) -> int:
+    "Intra-op threads of one rank: its share of the host's cores beside a GPU, one on the CPU."
+    return max(1, (os.cpu_count() or 1) // world) if is_accel(default_device()) else 1
+
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))   # the ranks share the host's cores
+    torch.set_num_threads(_threads_per_rank(world))
     dist_init(rank, world, port)
     # No teardown on a failure: a peer may be blocked in a collective, and leaving the group would wait for it.
     # The failing rank exits, and the parent process terminates the others.
     stats = _summary(serve(cfg, rank, world))
     stats.update(zip(_SUMMED, dist_all_reduce([stats[k] for k in _SUMMED], 'sum')))
+    maxed = dist_all_reduce([math.ceil(stats[k] * 1e12) for k in _MAXED], 'max')
+    stats.update((k, v / 1e12) for k, v in zip(_MAXED, maxed))
     if rank == 0:
         with open(out_path, 'w') as f: json.dump(stats, f)
     dist_close()
@@ -679,9 +774,10 @@ def parser() -> argparse.ArgumentParser:
                     help='seed of the request mix, arrivals and faults (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write'],
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
-                         "'stray-write' writes a KV slot into a free page (default: none)")
+                         "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
+                         "request's history at another page in the step's table (default: none)")
     return ap
 
 # %% ../nbs/08_demo.ipynb #6767ed3e
@@ -690,12 +786,14 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
-    print(f'tokenspeed_lit serving demo on {describe()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
+    print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
+    print(f'model: {cfg.model_line()}')
     print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
           f'captured batch sizes {list(cfg.capture_sizes)}')
     t0 = time.time()
     try:
-        if a.ranks == 1: stats = serve(cfg)
+        if a.ranks == 1:
+            torch.set_num_threads(_threads_per_rank(1)); stats = serve(cfg)
         else:
             import torch.multiprocessing as mp
             with socket.socket() as sk:
