@@ -58,10 +58,10 @@ def bench_driver_calls(device=None, reps: int = 50, rounds: int = 3, piece: int 
                                         np.full(n, piece, dtype=np.uint64), h)
     def col(fn): return lambda: fn(dst.data_ptr(), piece, src.data_ptr(), 2 * piece, piece, 1024, h)
     for way, fn in ways['batch_copy'].items():                  # the bytes first
-        dst.zero_(); batch(fn, n_max)(); stream.synchronize()
+        dst.zero_(); torch.cuda.synchronize(device); batch(fn, n_max)(); stream.synchronize()
         assert torch.equal(dst.cpu(), src), f'batch copy through {way} moved the wrong bytes'
     for way, fn in ways['copy_2d'].items():
-        dst.zero_(); col(fn)(); stream.synchronize()
+        dst.zero_(); torch.cuda.synchronize(device); col(fn)(); stream.synchronize()
         want = src.view(-1, piece)[0:2048:2][:1024].reshape(-1)
         assert torch.equal(dst[:1024 * piece].cpu(), want), f'2-D copy through {way} moved the wrong bytes'
     ev = torch.cuda.Event(); ev.record(stream)

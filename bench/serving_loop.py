@@ -109,8 +109,8 @@ def bench_serving_loop(device=None, batches=(1, 64, 256), mixed=((4, 512, 60),),
     for kind, npre, length, ndec in cases:
         fo, T = _mixed_op(ForwardOp, rng, POOL, npre, length, ndec, 100, max(1, COLS * PAGE - length - 1))
         if kind == 'mixed':      # a scheduler's prefill rows start where their cache does
-            rs.valid_cache_lengths[torch.as_tensor(fo.request_pool_indices[:npre])] = torch.as_tensor(
-                fo.extend_prefix_lens, dtype=torch.int32)
+            rs.valid_cache_lengths[torch.as_tensor(fo.request_pool_indices[:npre], device=device)] = torch.as_tensor(
+                fo.extend_prefix_lens, dtype=torch.int32, device=device)
         B = npre + ndec
         logits = torch.randn(max(B, 1), vocab, device=device)
         var = _variants(ib, eng, rs, table, B, 1, dict(lists=fo, numpy=_as_arrays(fo), T=T), kind == 'decode')

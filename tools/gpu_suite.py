@@ -50,9 +50,11 @@ def _pytest(args: list[str], env: dict, junit: Path, prefix: list[str] = ()) -> 
     t0 = time.time()
     cmd = [*prefix, sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', f'--junitxml={junit}', *args]
     print('$', ' '.join(cmd), flush=True)
-    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(p.stdout[-20000:], flush=True)
-    return p.returncode, time.time() - t0, p.stdout
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in p.stdout:                          # streamed: a run stopped at its time limit still shows its progress
+        print(line, end='', flush=True); lines.append(line)
+    return p.wait(), time.time() - t0, ''.join(lines)
 
 
 def suite(workers: int) -> int:
@@ -61,11 +63,11 @@ def suite(workers: int) -> int:
     nbtest = shutil.which('nbdev_test') or str(Path(sys.executable).parent / 'nbdev_test')
     nb_rc = 0
     for path in ('nbs', 'bench'):
-        print(f'$ nbdev_test --path {path}', flush=True)
-        nb_rc |= subprocess.run([nbtest, '--path', path, '--n_workers', '4'], cwd=ROOT, env=env).returncode
+        print(f'$ nbdev_test --path {path}  ({time.time() - t0:.0f} s)', flush=True)
+        nb_rc |= subprocess.run([nbtest, '--path', path, '--n_workers', '8', '--timing'], cwd=ROOT, env=env).returncode
     with tempfile.TemporaryDirectory() as d:
         junit = Path(d) / 'junit.xml'
-        rc, _, _ = _pytest([*_xdist(workers), '--ignore=tests/test_docs_site.py', 'tests/'], env, junit)
+        rc, _, _ = _pytest([*_xdist(workers), '--durations=15', '--ignore=tests/test_docs_site.py', 'tests/'], env, junit)
         counts = _counts(junit)
     duration = time.time() - t0
     _record(**counts, duration_s=round(duration, 1), notebooks_passed=nb_rc == 0, pytest_workers=workers)
