@@ -78,7 +78,7 @@ def test_round_trip_byte_exact_every_layout(shared_mooncake, layout):
 @given(data=st.data())
 def test_random_page_sets_match_and_get(shared_mooncake, data):
     "Random requests sharing random prefixes, random host page sets: match/get agree with a plain model."
-    pool, mirror, ns = engine('slab', seed=7, host_pages=32)
+    pool, mirror, ns = engine('slab', seed=7, host_pages=32, salt=os.urandom(8))   # a fresh namespace per example
     base = tokens(data.draw(st.integers(0, 10**6)), 4 * 8)
     stored = data.draw(st.integers(0, 8))                   # pages of `base` put to L3
     with L3Tier(mirror, MooncakeStore(shared_mooncake.master), ns, max_batch_pages=data.draw(st.integers(1, 5))) as tier:

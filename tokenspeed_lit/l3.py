@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit, ctypes, importlib.util, json, os, select, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
@@ -337,7 +336,10 @@ class L3Tier:
         self.num_host_pages, self.page_bytes = buf.shape[0], buf.shape[1]
         self.batch_pages = max(1, min(int(max_batch_pages), int(batch_bytes) // self.page_bytes))
         self.max_queued_pages, self.probe_interval_s = int(max_queued_pages), float(probe_interval_s)
-        self._cv, self._queue, self._running = threading.Condition(), deque(), set()
+        self._prefix_bytes = np.frombuffer(namespace.prefix.encode('ascii'), np.uint8)
+        self._lock = threading.Lock()          # one lock; waiters on handles, workers and the watchdog each have a condition
+        self._cv, self._work_cv, self._watch_cv = (threading.Condition(self._lock) for _ in range(3))
+        self._queue, self._running = deque(), set()
         self._readers = np.zeros(self.num_host_pages, np.int32)     # in-flight puts reading each host page
         self._writers = np.zeros(self.num_host_pages, np.int32)     # in-flight gets writing each host page
         self._quarantine: set[int] = set()
@@ -363,23 +365,29 @@ def _check_pages(self: L3Tier, host_pages) -> np.ndarray:
     if p.size == 0: return np.empty(0, np.int64)
     if p.ndim != 1 or p.dtype.kind not in 'iu': raise TypeError(f'host_pages must be 1-D integers, got {p.dtype} {p.shape}')
     p = p.astype(np.int64, copy=False)
-    if p.min() < 0 or p.max() >= self.num_host_pages:
+    s = np.sort(p)                                   # one sort: smallest, largest and neighbours
+    if s[0] < 0 or s[-1] >= self.num_host_pages:
         i = int(np.flatnonzero((p < 0) | (p >= self.num_host_pages))[0])
         raise ValueError(f'host_pages[{i}] = {int(p[i])} out of range [0, {self.num_host_pages})')
-    s = np.sort(p)
-    if (s[1:] == s[:-1]).any(): raise ValueError(f'host_pages: page {int(s[1:][s[1:] == s[:-1]][0])} appears twice')
+    if len(s) > 1 and (s[1:] == s[:-1]).any():
+        raise ValueError(f'host_pages: page {int(s[1:][s[1:] == s[:-1]][0])} appears twice')
     return p
 
+# %% ../nbs/11_l3.ipynb
 def _check_keys(self: L3Tier, keys, n: int | None) -> list[str]:
     "`keys` as a list of keys of this tier's namespace, `n` of them; TypeError/ValueError otherwise."
     if not isinstance(keys, (list, tuple)): raise TypeError(f'keys must be a list of str, got {type(keys).__name__}')
     if n is not None and len(keys) != n: raise ValueError(f'{len(keys)} keys for {n} host pages')
-    prefix = self.namespace.prefix
-    try: ours = all(map(str.startswith, keys, repeat(prefix)))
-    except TypeError: raise TypeError('keys must be str (keys of the tier\'s L3Namespace)') from None
+    if not keys: return []
+    prefix, width = self.namespace.prefix, len(self.namespace.prefix) + 64
+    try: joined = ''.join(keys).encode('ascii')
+    except TypeError: raise TypeError("keys must be str (keys of the tier's L3Namespace)") from None
+    except UnicodeEncodeError: joined = b''
+    rows = np.frombuffer(joined, np.uint8)
+    ours = len(rows) == width * len(keys) and (rows.reshape(len(keys), width)[:, :len(prefix)] == self._prefix_bytes).all()
     if not ours:
-        bad = next(k for k in keys if not k.startswith(prefix))
-        raise ValueError(f'key {bad!r} is not of this tier\'s namespace ({prefix}...)')
+        bad = next((k for k in keys if not self.namespace.owns(k)), keys[0])
+        raise ValueError(f"key {bad!r} is not of this tier's namespace ({prefix}...)")
     return list(keys)
 
 L3Tier._check_pages, L3Tier._check_keys = _check_pages, _check_keys
@@ -407,7 +415,7 @@ def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None) ->
         bs = self.batch_pages
         self._queue.extend(_Batch(h, lo, min(lo + bs, n)) for lo in range(0, n, bs))
         h._pending, self._queued = -(-n // bs), self._queued + n
-        self._cv.notify_all()
+        self._work_cv.notify(h._pending)
     return h
 
 L3Tier._submit = _submit
@@ -495,7 +503,7 @@ def _watch(self: L3Tier) -> None:
                 self._report(b, [TIMEOUT] * (b.hi - b.lo)); b.state = ABANDONED; self.stats['timeouts'] += 1
             if late: self._trip()
             waits = [b.deadline - now for b in self._running if b.state == RUNNING]
-            self._cv.wait(max(min(waits), 0.001) if waits else None)
+            self._watch_cv.wait(max(min(waits), 0.001) if waits else None)
 
 L3Tier._trip, L3Tier._watch = _trip, _watch
 
@@ -505,14 +513,14 @@ def _work(self: L3Tier) -> None:
     while True:
         with self._cv:
             self._idle += 1
-            while not self._queue and not self._closed: self._cv.wait()
+            while not self._queue and not self._closed: self._work_cv.wait()
             self._idle -= 1
             if self._closed: return
             b = self._queue.popleft(); self._queued -= b.hi - b.lo
             if b.handle.op == 'match' and b.lo >= b.handle._cut:
                 codes = [SKIPPED] * (b.hi - b.lo); self._report(b, codes); b.state = RETURNED; continue
             b.state, b.deadline, b.probe = RUNNING, time.monotonic() + self.timeout_s, self._down
-            self._running.add(b); self._cv.notify_all()
+            self._running.add(b); self._watch_cv.notify()
         codes = self._attempt(b)
         with self._cv:
             self._running.discard(b)
@@ -556,7 +564,8 @@ def _tier_close(self: L3Tier, timeout_s: float | None = None) -> None:
     "Refuse new calls, fail queued batches with DOWN, stop the threads (waiting up to `timeout_s` for them)."
     with self._cv:
         if self._closed: return
-        self._trip(); self._closed = True; self._cv.notify_all()
+        self._trip(); self._closed = True
+        for cv in (self._cv, self._work_cv, self._watch_cv): cv.notify_all()
     for t in self._threads: t.join(self.timeout_s + 1 if timeout_s is None else timeout_s)
 
 L3Tier.held, L3Tier.quarantined, L3Tier.release_quarantine, L3Tier.close = _held, _quarantined, _release_quarantine, _tier_close
