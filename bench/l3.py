@@ -8,7 +8,8 @@ writes `bench/results/l3.json` and prints it. The JSON (see `run`):
 
     {"gpu", "torch", "mooncake", "config", "rows": [...], "pipelined": [...]}
     rows:      {"op": "put"|"get", "page_size", "pages", "tier_GBps", "raw_GBps", "caller_us", "match_us_per_key", ...}
-    pipelined: {"page_size", "pages", "l3_get_ms", "h2d_ms", "total_ms", ...}
+    pipelined: {"page_size", "pages", "l3_get_ms", "h2d_ms", "total_ms", ..., "sweep": [tier put/get GB/s for
+               other workers/batch_bytes settings]}
 
 Goals: tier_GBps >= 0.9 * raw_GBps; caller_us (the caller's host time for one call of 256 pages, hashing excluded)
 <= 100; total_ms <= 1.1 * max(l3_get_ms, h2d_ms).
@@ -66,7 +67,8 @@ def check_all(codes, what):
         raise RuntimeError(f'{what}: {int((codes != OK).sum())} of {len(codes)} pages failed ({", ".join(bad)})')
 
 
-def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk_pages, device, repeats, timeout_s):
+def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk_pages, device, repeats, timeout_s,
+                  tput_repeats):
     "Rows and the pipelined row for one page size, against a fresh master and store process."
     # The device pool (pages + the dummy page 0) and a mirror with room for two copies: src = host pages [0, pages),
     # dst = [pages, 2 pages). Device page p + 1 is stored in host page p.
@@ -82,9 +84,8 @@ def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk
     gen = torch.Generator().manual_seed(page_size)
     toks = lambda: torch.randint(0, 100_000, (pages * page_size,), generator=gen).tolist()
     # Keys (hashing is not part of any timing). Raw and tier use separate namespaces: a put must find its keys absent.
-    ns_raw = L3Namespace('bench@1', mirror, salt=b'bench raw')
-    ns_tier = L3Namespace('bench@1', mirror, salt=b'bench tier')
-    keys_raw, keys_tier, keys_warm = ns_raw.keys(toks()), ns_tier.keys(toks()), ns_raw.keys(toks())[:8]
+    warm_ns = L3Namespace('bench@1', mirror, salt=b'bench warm-up')
+    keys_warm = warm_ns.keys(toks())[:8]
     segment = int(2.3 * total) + (256 << 20)
     print(f'page_size {page_size}: {pages} pages of {pb / 2**20:.2f} MiB, store segment {segment / 2**30:.1f} GiB',
           flush=True)
@@ -96,53 +97,91 @@ def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk
         base = buf.data_ptr()
         ptr = lambda pages_: [base + int(p) * pb for p in pages_]
         sizes = [pb] * pages
+        ns_raw = L3Namespace('bench@1', mirror, salt=b'bench raw')
+        ns_tier = L3Namespace('bench@1', mirror, salt=b'bench tier')
         tier = L3Tier(mirror, MooncakeStore(srv.master), ns_tier, timeout_s=timeout_s)
         try:
             # warm-up: connections and first transfers on both clients
             check_all(raw.batch_put_from(keys_warm, ptr(src[:8]), sizes[:8]), 'raw warm-up put')
             check_all([OK if r == pb else r for r in raw.batch_get_into(keys_warm, ptr(dst[:8]), sizes[:8])], 'raw warm-up get')
-            h = tier.get(keys_warm[:0], []); h.wait()
-            w = tier.match(ns_tier.keys(toks())[:8]); w.wait(timeout_s * 4)
-
-            # put: the bare client in one call of every page, then the tier (one call, waited for)
-            t_raw_put, r = timed(lambda: raw.batch_put_from(keys_raw, ptr(src), sizes)); check_all(r, 'raw put')
-            t_tier_put, h = timed(lambda: _wait(tier.put(src, keys_tier))); check_all(h.codes, 'tier put')
-            h.wait_released()
-            # get: into the dst host pages, tier first then raw (each overwrites dst)
-            buf[pages:].zero_()
-            t_tier_get, g = timed(lambda: _wait(tier.get(keys_tier, dst)))
-            check_all(g.codes, 'tier get')
-            if not torch.equal(buf[pages:], buf[:pages]): raise RuntimeError('tier get: bytes differ from the put pages')
-            buf[pages:].zero_()
-            t_raw_get, r = timed(lambda: raw.batch_get_into(keys_raw, ptr(dst), sizes))
-            check_all([OK if x == pb else x for x in r], 'raw get')
-            if not torch.equal(buf[pages:], buf[:pages]): raise RuntimeError('raw get: bytes differ from the put pages')
+            _wait(tier.match(ns_tier.keys(toks())[:8]))
+            # Throughput, `tput_repeats` rounds, the order of raw and tier alternating: a put of every page (the bare
+            # client in one call; the tier in one call, waited for), then a get of every page into the dst host pages,
+            # checked byte for byte. Each round uses fresh keys (a put must find them absent) and empties the store
+            # first (remove_all, force: the objects' leases would block a plain remove). Hashing is never timed.
+            t = {k: [] for k in ('raw_put', 'tier_put', 'raw_get', 'tier_get')}
+            for rnd in range(tput_repeats):
+                if rnd: raw.remove_all(True)
+                keys_raw, keys_tier = ns_raw.keys(toks()), ns_tier.keys(toks())     # fresh tokens: fresh keys
+                def raw_put():
+                    dt, r = timed(lambda: raw.batch_put_from(keys_raw, ptr(src), sizes)); check_all(r, 'raw put')
+                    t['raw_put'].append(dt)
+                def tier_put():
+                    dt, h = timed(lambda: _wait(tier.put(src, keys_tier))); check_all(h.codes, 'tier put')
+                    h.wait_released(); t['tier_put'].append(dt)
+                def raw_get():
+                    buf[pages:].zero_()
+                    dt, r = timed(lambda: raw.batch_get_into(keys_raw, ptr(dst), sizes))
+                    check_all([OK if x == pb else x for x in r], 'raw get')
+                    if not torch.equal(buf[pages:], buf[:pages]): raise RuntimeError('raw get: bytes differ')
+                    t['raw_get'].append(dt)
+                def tier_get():
+                    buf[pages:].zero_()
+                    dt, g = timed(lambda: _wait(tier.get(keys_tier, dst))); check_all(g.codes, 'tier get')
+                    g.wait_released()
+                    if not torch.equal(buf[pages:], buf[:pages]): raise RuntimeError('tier get: bytes differ')
+                    t['tier_get'].append(dt)
+                for f in ((raw_put, tier_put, tier_get, raw_get) if rnd % 2 == 0 else (tier_put, raw_put, raw_get, tier_get)): f()
+                print(f'  round {rnd}: ' + ', '.join(f'{k} {total / v[-1] / 1e9:.2f} GB/s' for k, v in t.items()), flush=True)
 
             # caller time: the tier call's return, for `caller_pages` pages (keys present: the worker only asks exists)
             cp = min(caller_pages, pages)
             caller = {'put': [], 'get': []}
+            # An engine calls between steps, not back to back: let the tier's threads go idle before each timed call
+            # (else the caller's time includes waiting for the GIL that a worker finishing the last call holds).
             for _ in range(repeats):
+                time.sleep(0.002)
                 t0 = time.perf_counter_ns(); h = tier.put(src[:cp], keys_tier[:cp]); caller['put'].append(time.perf_counter_ns() - t0)
-                h.wait(); h.wait_released()
+                h.wait(); h.wait_released(); time.sleep(0.002)
                 t0 = time.perf_counter_ns(); g = tier.get(keys_tier[:cp], dst[:cp]); caller['get'].append(time.perf_counter_ns() - t0)
                 g.wait(); g.wait_released()
             match_us = []
             for _ in range(max(3, repeats // 4)):
-                t, m = timed(lambda: _wait(tier.match(keys_tier)))
+                dt, m = timed(lambda: _wait(tier.match(keys_tier)))
                 if m.prefix != pages: raise RuntimeError(f'match found {m.prefix} of {pages}')
-                match_us.append(t * 1e6 / pages)
+                match_us.append(dt * 1e6 / pages)
 
             # pipelined: L3 -> host (tier, in chunks) -> device pool (the mirror, on a side stream), overlapped
             pipe = pipelined(tier, mirror, keys_tier, dst, pages, chunk_pages, device, timeout_s)
+
+            # A sweep of the tier's two throughput knobs (one round each, fresh keys, the store emptied first), so
+            # that one run on the GPU machine also says which defaults to keep. A failure here loses nothing else.
+            sweep = []
+            for workers, batch_mib in ((1, 64), (4, 64), (2, 256), (4, 256)):
+                try:
+                    raw.remove_all(True)
+                    with L3Tier(mirror, MooncakeStore(srv.master), ns_tier, timeout_s=timeout_s, workers=workers,
+                                batch_bytes=batch_mib << 20) as tv:
+                        keys = ns_tier.keys(toks())
+                        dp, h = timed(lambda: _wait(tv.put(src, keys))); check_all(h.codes, 'sweep put'); h.wait_released()
+                        dg, g = timed(lambda: _wait(tv.get(keys, dst))); check_all(g.codes, 'sweep get'); g.wait_released()
+                    sweep.append(dict(workers=workers, batch_MiB=batch_mib, put_GBps=round(total / dp / 1e9, 3),
+                                      get_GBps=round(total / dg / 1e9, 3)))
+                except Exception as e:
+                    sweep.append(dict(workers=workers, batch_MiB=batch_mib, error=f'{type(e).__name__}: {e}'))
         finally:
             tier.close()
             raw.close()
-    mk = lambda op, t_tier, t_raw: dict(
-        op=op, page_size=page_size, pages=pages, page_bytes=pb, tier_GBps=round(total / t_tier / 1e9, 3),
-        raw_GBps=round(total / t_raw / 1e9, 3), ratio=round(t_raw / t_tier, 3),
+    med = {k: statistics.median(v) for k, v in t.items()}
+    mk = lambda op: dict(
+        op=op, page_size=page_size, pages=pages, page_bytes=pb, tier_GBps=round(total / med[f'tier_{op}'] / 1e9, 3),
+        raw_GBps=round(total / med[f'raw_{op}'] / 1e9, 3), ratio=round(med[f'raw_{op}'] / med[f'tier_{op}'], 3),
+        tier_GBps_all=[round(total / x / 1e9, 3) for x in t[f'tier_{op}']],
+        raw_GBps_all=[round(total / x / 1e9, 3) for x in t[f'raw_{op}']],
         caller_us=round(statistics.median(caller[op]) / 1e3, 1), caller_us_min=round(min(caller[op]) / 1e3, 1),
         caller_pages=cp, match_us_per_key=round(statistics.median(match_us), 3))
-    return [mk('put', t_tier_put, t_raw_put), mk('get', t_tier_get, t_raw_get)], pipe
+    pipe['sweep'] = sweep
+    return [mk('put'), mk('get')], pipe
 
 
 def _wait(h):
@@ -187,19 +226,19 @@ def pipelined(tier, mirror, keys, dst, pages, chunk_pages, device, timeout_s):
 
 def run(page_sizes=FULL['page_sizes'], pages=FULL['pages'], layers=FULL['layers'], heads=FULL['heads'],
         head_dim=FULL['head_dim'], caller_pages=FULL['caller_pages'], chunk_pages=FULL['chunk_pages'], device=None,
-        repeats=21, timeout_s=5.0) -> dict:
+        repeats=21, timeout_s=5.0, tput_repeats=3) -> dict:
     "The `bench/results/l3.json` dict. A page size that fails leaves an `errors` entry; the others still report."
     device = torch.device(device) if device is not None else default_device()
     out = dict(gpu=torch.cuda.get_device_name(device) if is_accel(device) else 'cpu', torch=torch.__version__,
                mooncake=mooncake_version(),
                config=dict(layers=layers, kv_heads=heads, head_dim=head_dim, dtype='bfloat16', device=str(device),
-                           protocol='tcp', timeout_s=timeout_s, repeats=repeats, caller_pages=caller_pages,
+                           protocol='tcp', timeout_s=timeout_s, repeats=repeats, tput_repeats=tput_repeats, caller_pages=caller_pages,
                            host_pinned=bool(is_accel(device))),
                rows=[], pipelined=[], errors=[])
     for ps in page_sizes:
         try:
             rows, pipe = one_page_size(ps, pages, layers, heads, head_dim, caller_pages, chunk_pages, device,
-                                       repeats, timeout_s)
+                                       repeats, timeout_s, tput_repeats)
             out['rows'] += rows; out['pipelined'].append(pipe)
         except Exception as e:                       # one shot on the GPU machine: keep what the others measured
             traceback.print_exc()
@@ -213,11 +252,12 @@ def main(argv=None):
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'l3.json'))
     ap.add_argument('--pages', type=int); ap.add_argument('--page-sizes', type=int, nargs='+')
     ap.add_argument('--repeats', type=int, default=21)
+    ap.add_argument('--tput-repeats', type=int, default=3)
     a = ap.parse_args(argv)
     cfg = dict(TINY if a.tiny else FULL)
     if a.pages: cfg['pages'] = a.pages
     if a.page_sizes: cfg['page_sizes'] = tuple(a.page_sizes)
-    res = run(**cfg, repeats=a.repeats)
+    res = run(**cfg, repeats=a.repeats, tput_repeats=a.tput_repeats)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1) + '\n')
     print(json.dumps(res, indent=1))
