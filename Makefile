@@ -30,7 +30,15 @@ help:
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
 	@echo "make docs-serve - build it and serve it on http://localhost:$(PORT)/ (search needs a server: browsers block it from file://)"
 
+# Shared libraries the Mooncake wheel (L3 tier, 11_l3) loads: installed with apt-get where missing (CI runs as root).
+L3_DEBS := libibverbs1 libnuma1 librdmacm1
+
 $(STAMP): requirements-dev.txt settings.ini setup.py
+	@missing=$$(command -v dpkg >/dev/null && for d in $(L3_DEBS); do dpkg -s $$d >/dev/null 2>&1 || echo $$d; done); \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing; \
+	  else echo "warning: the L3 tests need the Debian packages $$missing (apt-get install them as root)"; fi; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
