@@ -30,7 +30,7 @@ help:
 	@echo "make docs   - the documentation site from the notebooks, offline, into docs/_site"
 	@echo "make docs-serve - build it and serve it on http://localhost:$(PORT)/ (search needs a server: browsers block it from file://)"
 
-# Shared libraries the Mooncake wheel (L3 tier, 11_l3) loads: installed with apt-get where missing (CI runs as root).
+# Shared libraries the Mooncake wheel (L3 tier, 24_l3) loads: installed with apt-get where missing (CI runs as root).
 L3_DEBS := libibverbs1 libnuma1 librdmacm1
 
 $(STAMP): requirements-dev.txt settings.ini setup.py
@@ -77,7 +77,9 @@ demo: $(STAMP)
 
 # GPU: every benchmark side by side in one run (tables to bench/results/*.json), then the Performance page.
 bench: $(STAMP)
-	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_positions.ipynb nbs/02_padding.ipynb nbs/03_fused_decode.ipynb nbs/04_input_buffers.ipynb nbs/06_host_mirror.ipynb nbs/07_host_transport.ipynb nbs/09_page_tables.ipynb nbs/91_performance.ipynb
+	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_driver.ipynb nbs/10_positions.ipynb nbs/11_padding.ipynb nbs/12_page_tables.ipynb nbs/13_fused_decode.ipynb nbs/14_input_buffers.ipynb nbs/22_host_mirror.ipynb nbs/21_host_transport.ipynb
+	@$(RUN) $(PY) bench/l3.py
+	@$(RUN) $(PY) tools/run_nbs.py nbs/91_performance.ipynb
 
 readme: $(STAMP)
 	@$(PY) tools/nb2md.py nbs/index.ipynb README.md

@@ -75,3 +75,16 @@ def test_no_benchmark_code_in_the_package():
              if isinstance(node, (ast.Import, ast.ImportFrom))
              and any((getattr(node, 'module', None) or a.name).split('.')[0] == 'bench' for a in node.names)]
     assert not users, f'package modules importing bench: {users}'
+
+
+def test_notebook_numbers_follow_the_imports():
+    "A module imports only modules whose notebooks come before its own: the notebooks read in import order."
+    import json, re
+    nbs = Path(__file__).resolve().parent.parent / 'nbs'
+    number = {}
+    for nb in nbs.glob('[0-9]*.ipynb'):
+        for c in json.loads(nb.read_text())['cells']:
+            m = re.match(r'#\|\s*default_exp\s+(\w+)', ''.join(c['source']))
+            if m: number[m.group(1)] = int(nb.name.split('_')[0]); break
+    late = [(m, d) for m, deps in _graph().items() for d in deps if m in number and d in number and number[d] >= number[m]]
+    assert not late, f'modules importing a module of a later (or the same) notebook: {late}'

@@ -18,7 +18,7 @@ downloads. This script keeps nbdev's half of the work and hands the result to Sp
    - a `show_doc` cell whose annotations name a class defined further down runs again at the end;
    - the `show_doc` cells nbdev adds after a cell that defines several names come in definition order.
 2. **Conversion** (into `docs/_build/src/`): each processed notebook becomes a myst-nb notebook named like
-   nbdev's page (`00_core.ipynb` -> `core.html`): the frontmatter becomes the title, Quarto cell options
+   nbdev's page (`00_device.ipynb` -> `device.html`): the frontmatter becomes the title, Quarto cell options
    (`#| echo: false`, ...) become myst-nb tags, every `show_doc` output becomes a Sphinx `py:function` /
    `py:class` entry (signature and docstring as nbdev rendered them, an anchor, an index entry, a search
    result), and nbdev's links to `doc_host` become cross-references to those entries.

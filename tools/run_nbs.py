@@ -1,7 +1,7 @@
 """Execute notebooks and save their outputs in place (then `nbdev_clean` them).
 
 `nbdev_test` runs notebooks but keeps no outputs; the docs show saved outputs, so GPU tables and plots
-are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/01_positions.ipynb
+are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/10_positions.ipynb
 Cells marked `#| eval: false` are skipped, as are cells marked with a test flag from settings.ini
 (`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides."""
 import argparse, configparser, os, sys, time
