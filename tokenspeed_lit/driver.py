@@ -111,7 +111,7 @@ def _bindings_event_record():
     return lambda event, stream: int(cu.cuEventRecord(E(event), S(stream))[0])
 
 # %% ../nbs/01_driver.ipynb #e2561023
-DRIVER_CALLS = {'batch_copy': 'bindings', 'copy_2d': 'bindings', 'event_record': 'bindings'}
+DRIVER_CALLS = {'batch_copy': 'ctypes', 'copy_2d': 'bindings', 'event_record': 'ctypes'}
 "Which way (`'bindings'` or `'ctypes'`) each driver function goes where cuda-bindings is installed; see the measurement."
 
 _made: dict = {}
