@@ -1,8 +1,10 @@
 """`make demo` at its CPU defaults, one rank and two (gloo), plus fault injection: the checks must catch a stale
 padded tail, a write into a free page and a wrong page in a request's history (through its logits), exit non-zero,
-and name the request, position and slot."""
-import os, subprocess, sys
+and name the request, position and slot. With Mooncake installed the default run has the L3 scenario (a second
+engine instance loading the shared prefixes the first stored), and it survives its master killed mid-run."""
+import functools, json, os, subprocess, sys
 import pytest
+from l3_servers import mooncake_missing
 
 ENV = {**os.environ, 'PYTHONUNBUFFERED': '1'}
 
@@ -12,25 +14,93 @@ def demo(*args, timeout=600):
                           env=ENV, timeout=timeout)
 
 
+@functools.lru_cache(maxsize=None)
+def default_run(ranks: int):
+    "`make demo`'s run (one rank: 64 requests, on every device, so that `make test-gpu` keeps its time), once per module."
+    return demo('--ranks', str(ranks), '--requests', '24' if ranks > 1 else '64')
+
+
+def line(r, start):
+    return next(l for l in r.stdout.splitlines() if l.startswith(start))
+
+
+def servers_stopped(r) -> bool:
+    "The master and store process the run names in its report are gone."
+    pids = line(r, 'L3 tier').split('(pids ')[1].split(')')[0].split(', ')
+    return len(pids) == 2 and not any(os.path.exists(f'/proc/{int(p)}') for p in pids)
+
+
 @pytest.mark.parametrize('ranks', [1, 2])
 def test_demo_passes_every_check(ranks):
-    # one rank: `make demo` at its CPU default (64 requests; on a GPU too, so that `make test-gpu` keeps its time)
-    r = demo('--ranks', str(ranks), '--requests', '24' if ranks > 1 else '64')
+    r = default_run(ranks)
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'all checks passed' in r.stdout
     assert f'ranks                {ranks}' in r.stdout
-    line = lambda start: next(l for l in r.stdout.splitlines() if l.startswith(start))
-    assert int(line('requests finished').split()[2].rstrip(',')) > 0
-    assert "each output equal to generate's" in line('requests finished')
-    logits, kv = line('logits compared').split(), line('KV compared').split()
+    assert int(line(r, 'requests finished').split()[2].rstrip(',')) > 0
+    assert "each output equal to generate's" in line(r, 'requests finished')
+    logits, kv = line(r, 'logits compared').split(), line(r, 'KV compared').split()
     assert int(logits[2]) > 0 and int(kv[2]) > 0
     tol = float(logits[logits.index('(tolerance') + 1].rstrip(');'))
     assert float(logits[logits.index('|difference|') + 1]) <= tol and float(kv[kv.index('|difference|') + 1]) <= tol
     for words in ('graph replays', 'offloads', 'single-token verifies', 'model: transformers Llama', 'transformers 5.'):
         assert words in r.stdout
-    # not a terminal: the progress bar writes plain lines, one per tenth of the requests, no carriage returns
+    for words in ('written into staging', 'fill_staged_decode', 'gen-0 collections'):
+        assert words in line(r, 'input prep per step') + line(r, 'garbage collector')
+    if ranks > 1: assert line(r, 'L3 tier').endswith('skipped: --ranks 2 (the L3 scenario runs with one rank)')
+    # not a terminal: each progress bar (a second instance has its own) writes plain lines, one per tenth of its
+    # requests, no carriage returns
     assert '\r' not in r.stderr
-    assert 1 <= sum('requests finished' in l for l in r.stderr.splitlines()) <= 10, r.stderr
+    bars = [l for l in r.stderr.splitlines() if 'requests finished' in l]
+    assert 1 <= sum('(instance 2)' not in l for l in bars) <= 10, r.stderr
+    assert sum('(instance 2)' in l for l in bars) <= 10, r.stderr
+
+
+@mooncake_missing
+def test_demo_l3_scenario_by_default():
+    "The default run's second instance loads the shared system prompts' pages from L3 instead of prefilling them."
+    r = default_run(1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    put, hits, failed = line(r, 'L3 put (instance 1)').split(), line(r, 'L3 hits (instance 2)').split(), line(r, 'L3 failed gets').split()
+    assert int(put[4]) > 0 and int(hits[4]) > 0                     # pages put, pages hit
+    words = line(r, 'L3 hits (instance 2)').split()
+    saved = int(words[words.index('prefill') - 1])
+    assert saved == int(hits[4]) * 4 > 0                            # page size 4: every loaded page saves its tokens
+    assert int(failed[3]) == 0
+    assert 'byte-identical' in line(r, 'L3 checks') and "each output equal to generate's" in line(r, 'instance 2 ')
+    assert 'L3 fault' not in r.stdout and servers_stopped(r)
+
+
+@mooncake_missing
+def test_demo_survives_l3_master_killed(tmp_path):
+    "--fault l3-down: the master dies mid-run of instance 2; lookups fail, requests recompute, every check passes."
+    r = demo('--fault', 'l3-down', '--requests', '16', '--report', str(tmp_path / 'report.json'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'all checks passed' in r.stdout
+    fault = line(r, 'L3 fault')
+    assert 'master' in fault and 'killed at step' in fault and 'serving went on' in fault
+    failed = int(line(r, 'L3 failed gets').split()[3])
+    assert failed > 0 and f'{failed} pages failed, {failed * 4} prefill tokens recomputed' in fault
+    rep = json.loads((tmp_path / 'report.json').read_text())
+    assert rep['passed'] and rep['l3']['pages_failed'] == failed and rep['l3']['master_killed_at_step'] > 0
+    assert rep['l3']['pages_hit'] > 0                               # the requests admitted before the outage
+    assert set(rep) >= {'gpu', 'torch', 'triton', 'prep_us', 'parts'}
+    assert set(rep['prep_us']) == {'decode_median', 'mixed_median', 'decode_hot', 'mixed_hot'}
+    assert rep['prep_us']['decode_median'] > 0 and rep['prep_us']['mixed_median'] > 0
+    d = rep['parts']['decode']
+    assert d['steps'] > 0 and 0 < d['slot_us'] < d['span_us'] and 0 < d['fill_staged_decode_us'] < d['span_us']
+    assert servers_stopped(r)
+
+
+def test_demo_without_mooncake():
+    "Mooncake hidden: the demo runs one instance, says in one line that it skips the L3 scenario, and passes."
+    code = ("import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
+            "from tokenspeed_lit.demo import main; sys.exit(main(['--requests', '4']))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [l for l in r.stdout.splitlines() if l.startswith('L3')] == [
+        "L3 tier              skipped: Mooncake Store is not installed: pip install -e '.[l3]' (the wheel "
+        "mooncake-transfer-engine-non-cuda needs Debian's libibverbs1 libnuma1 librdmacm1)"]
+    assert 'all checks passed' in r.stdout and 'second engine instance' not in r.stdout
 
 
 @pytest.mark.parametrize('fault, ranks, words', [
@@ -53,6 +123,7 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--seed', '-1'], 'argument --seed: must be an integer >= 0, got -1'),
     (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
+    (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main
@@ -69,7 +140,7 @@ def test_help_describes_every_option():
     for action in ap._actions:
         assert action.help, action.option_strings
     text = ap.format_help()
-    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault'):
+    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report'):
         assert opt in text
 
 

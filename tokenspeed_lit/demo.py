@@ -4,7 +4,8 @@
 
 # %% ../nbs/31_demo.ipynb #8fd21720
 from __future__ import annotations
-import argparse, json, math, os, platform, random, socket, statistics, sys, tempfile, time
+import argparse, contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, math, os, platform, random, signal
+import socket, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
@@ -17,17 +18,22 @@ from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
 from .positions import compute_out_cache_loc_groups
 from .page_tables import DraftPageTable, expand_page_table_ref
 from .kv_pool import PagedKVPool
-from .host_mirror import FlatHostMirror
+from .host_mirror import FlatHostMirror, flat_bytes_per_host_page
+from .l3_keys import L3Namespace
+from .l3 import L3Tier, LocalMooncake, MooncakeStore, MISS, INSTALL_HINT, mooncake_available
 from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
-__all__ = ['SENTINEL', 'prompt_token', 'DemoConfig', 'Request', 'DemoViolation', 'Scheduler', 'Progress', 'serve', 'report',
-           'machine_line', 'int_arg', 'parser', 'main']
+__all__ = ['SENTINEL', 'prompt_token', 'DemoConfig', 'Request', 'system_prompts', 'request_mix', 'DemoViolation', 'Scheduler',
+           'Progress', 'serve', 'report', 'L3Plan', 'run_l3', 'instance_main', 'l3_report', 'machine_line', 'int_arg',
+           'l3_skip_reason', 'l3_json', 'json_report', 'parser', 'main']
 
 # %% ../nbs/31_demo.ipynb #7050651b
 def prompt_token(uid: int, position: int, vocab: int) -> int:
-    "The prompt token request `uid` has at `position`: a fixed pseudo-random function."
-    return (uid * 7919 + position * 104729 + 13) % (vocab - 2) + 2
+    "The prompt token request `uid` has at `position`: a fixed pseudo-random function (a 64-bit mix of both)."
+    x = (uid * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + 13) % (1 << 64)
+    x = ((x ^ (x >> 31)) * 0x94D049BB133111EB) % (1 << 64)
+    return (x ^ (x >> 29)) % (vocab - 2) + 2
 
 SENTINEL = -1.0   # what a free page holds
 
@@ -63,10 +69,14 @@ class DemoConfig:
     capture_sizes: tuple = (1, 2, 4, 8)
     seed: int = 0
     max_steps: int = 3000
-    fault: str = 'none'         # a fault the checks must catch: 'none', 'stale-tail', 'stray-write', 'wrong-page'
+    fault: str = 'none'         # a fault: 'stale-tail', 'stray-write', 'wrong-page' (caught), 'l3-down' (survived)
     sliding_pages: int = 3      # the second KV group: a sliding window, a ring of this many pages per request
     draft_ratio: int = 2        # the draft model's pages: this many per page of the target's table
-    repeat_prep: bool = False   # time fill_input_buffers a second time at once, on steps without overrides
+    repeat_prep: bool = False   # time a step's input preparation a second time at once, on steps without overrides
+    system_prompts: int = 3     # shared system prompts: every prompt starts with one of them, then has its own tokens
+    system_pages: tuple = (2, 5)  # a system prompt's length in whole pages (at most (max_prompt - 1) // page_size)
+    instance: int = 1           # the L3 scenario's engine instance: 1 puts its prompts' pages, 2 loads them
+    l3_requests: int = 16       # requests of instance 2 (at most `requests`)
 
     @classmethod
     def for_device(cls, **kw):
@@ -75,7 +85,8 @@ class DemoConfig:
             kw = dict(dict(requests=256, max_bs=64, max_num_tokens=512, num_pages=4096, host_pages=2048, layers=4,
                            heads=8, kv_heads=2, head_dim=64, intermediate=1024, vocab=8192,
                            max_prompt=300, max_output=32, chunk=128, arrivals_per_step=8,
-                           capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True), **kw)
+                           capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True, system_pages=(8, 32),
+                           l3_requests=64), **kw)
         return cls(**kw)
 
     def model_line(self) -> str:
@@ -99,9 +110,30 @@ class Request:
     host_pages: list = field(default_factory=list)  # host mirror pages while idle
     snapshot: list = field(default_factory=list)    # bytes stored to the host, to check the round trip
     cache_len: int = 0          # positions whose KV is cached
+    l3_len: int = 0             # leading prompt positions whose KV was loaded from L3 (instance 2)
     idle_until: int = 0
     drafts: list = field(default_factory=list)      # draft candidates for columns 1.. (host copy)
     ref: Reference | None = None                    # what transformers computes for it (from admission to the end)
+
+# %% ../nbs/31_demo.ipynb #f08e91b2
+def system_prompts(cfg: DemoConfig) -> list:
+    "The run's shared system prompts (token lists of whole pages): the same in every instance, for the same seed."
+    rng, ps = random.Random(f'system prompts {cfg.seed}'), cfg.page_size
+    hi = min(cfg.system_pages[1], (cfg.max_prompt - 1) // ps)     # a prompt keeps at least one token of its own
+    if cfg.system_prompts <= 0 or hi <= 0: return []
+    lo = max(1, min(cfg.system_pages[0], hi))
+    return [[prompt_token(-1 - s, q, cfg.vocab) for q in range(ps * rng.randint(lo, hi))] for s in range(cfg.system_prompts)]
+
+def request_mix(cfg: DemoConfig, rank: int, rng: random.Random) -> list:
+    "One instance's requests: a system prompt, then tokens of the request's own; random prompt and output lengths."
+    system, out = system_prompts(cfg), []
+    for i in range(cfg.requests):
+        uid = rank * 1_000_000 + (cfg.instance - 1) * 500_000 + i
+        sp = system[rng.randrange(len(system))] if system else []
+        n = len(sp) + rng.randint(1, cfg.max_prompt - len(sp))
+        out.append(Request(uid=uid, prompt_len=n, output_len=rng.randint(1, cfg.max_output),
+                           tokens=sp + [prompt_token(uid, q, cfg.vocab) for q in range(len(sp), n)]))
+    return out
 
 # %% ../nbs/31_demo.ipynb #6d04ef3b
 class DemoViolation(AssertionError):
@@ -110,10 +142,10 @@ class DemoViolation(AssertionError):
 # %% ../nbs/31_demo.ipynb #f428ec9e
 class Scheduler:
     "A small engine loop over one rank's requests, checking every rule after every step."
-    def __init__(self, cfg: DemoConfig, device=None, rank: int = 0):
+    def __init__(self, cfg: DemoConfig, device=None, rank: int = 0, l3: L3Plan | None = None):
         self.cfg, self.rank = cfg, rank
         self.device = default_device() if device is None else torch.device(device)
-        self.rng = random.Random(cfg.seed * 1000 + rank)
+        self.rng = random.Random(cfg.seed * 1000 + rank + 500 * (cfg.instance - 1))
         L = cfg.verify_width
         self.pool_rows = max(cfg.max_bs * 2, 4)
         self.width = math.ceil((cfg.max_prompt + cfg.max_output + L) / cfg.page_size) + 1
@@ -142,19 +174,17 @@ class Scheduler:
         self.graphs = {}                                     # padded batch size -> captured decode forward
         self.stream = new_stream(self.device)
         self.free_rows = list(range(self.pool_rows, 0, -1))  # pool row 0 is the padding row
-        self.requests = []
-        for i in range(cfg.requests):
-            uid, n = rank * 1_000_000 + i, self.rng.randint(1, cfg.max_prompt)
-            self.requests.append(Request(uid=uid, prompt_len=n, output_len=self.rng.randint(1, cfg.max_output),
-                                         tokens=[prompt_token(uid, q, cfg.vocab) for q in range(n)]))
+        self.requests = request_mix(cfg, rank, self.rng)
         self.arrived = 0
         self.step_no = 0
         self.stats = dict(steps=0, graph_steps=0, dummy_steps=0, mixed_steps=0, prefill_steps=0, tokens=0,
                           finished=0, offloads=0, resumes=0, overrides=0, single_verify=0, accepted_drafts=0,
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
-                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, prep_us=[], prep_decode_us=[],
-                          prep_repeat_us=[], prep_decode_repeat_us=[])
-
+                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0,
+                          **{k: [] for k in _PREP})
+        self.in_prep = False                                 # inside a step's input preparation (for the gc count)
+        self.l3 = l3
+        if l3 is not None: self._l3_open()
 
     @property
     def live(self): return [r for r in self.requests[:self.arrived] if r.state in ('prefill', 'decode')]
@@ -274,6 +304,7 @@ def _admit(self: Scheduler):
             r.ref = self._reference(r)
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self._write_table_row(r)
+            if self.l3 is not None and self.l3.role == 'get': self._l3_load(r)
 
 # %% ../nbs/31_demo.ipynb #2bb5d13f
 @patch
@@ -438,6 +469,7 @@ def _check_kv(self: Scheduler):
                                 f"at position {poss[i]} (slot {slots[i]}) differs from transformers' by "
                                 f"{diff[which, i].item():.3g} (tolerance {tol:g})")
         self.stats['kv_compared'] += len(slots)
+        if self.l3 is not None: self.stats['l3_kv_compared'] += sum(min(r.l3_len, r.cache_len) for r in self.live)
     owned = torch.zeros(self.pool.num_pages, dtype=torch.bool)
     owned[0] = True                                            # the dummy page absorbs padding
     for r in self.requests[:self.arrived]:
@@ -469,7 +501,7 @@ def _inject(self: Scheduler, rows, total: int):
     if self.cfg.fault == 'stale-tail' and self.step_no > 5:
         live = next((self._slot(r, 0) for r in self.live if r.pages), None)
         if live is not None: self.bufs.out_cache_loc_buf[total:] = live
-    if self.cfg.fault == 'stray-write' and self.step_no == 8:
+    if self.cfg.fault == 'stray-write' and self.step_no >= 8:     # the first step from 8 on that runs
         owned = {p for r in self.requests for p in r.pages}
         page = next(p for p in range(1, self.pool.num_pages) if p not in owned)
         self.pool.k_of(0)[page * self.cfg.page_size] = 5.0
@@ -483,6 +515,7 @@ def _inject(self: Scheduler, rows, total: int):
 def plan_step(self: Scheduler):
     "Resume, offload and admit, then choose this step's rows: returns (rows, decode_only)."
     self.step_no += 1
+    if self.l3 is not None: self._l3_step()
     for r in [r for r in self.requests[:self.arrived] if r.state == 'idle' and r.idle_until <= self.step_no]:
         self.resume(r)
     for r in [r for r in self.live if r.state == 'decode']:
@@ -533,6 +566,42 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
                             f'{self.draft.ratio}, or a padded row in [{bs}, {padded}) is not zero')
     self.stats['checks'] += 2
 
+# %% ../nbs/31_demo.ipynb #a55c6708
+_PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_decode_slot_us',
+         'prep_decode_write_us', 'prep_decode_fill_us')     # per-step host times (us), reduced to medians
+
+@patch
+def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool):
+    "A decode step written straight into staging: the slot (and its wait), the writes and the issue, each timed."
+    clk, st, pools, ovr = time.perf_counter, self.stats, op.request_pool_indices, op.decode_input_ids
+    bufs, states, table = self.bufs, self.states, self.batch_table
+    self.in_prep = True
+    t0 = clk(); sl = bufs.decode_slot(); t1 = clk()
+    sl.req_pool_indices[:batch] = pools
+    if has_overrides: sl.decode_input_ids[:batch] = ovr
+    t2 = clk()
+    bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=has_overrides)
+    t3 = clk()
+    self.in_prep = False
+    for k, a, b in (('prep_decode_us', t0, t3), ('prep_decode_slot_us', t0, t1), ('prep_decode_write_us', t1, t2),
+                    ('prep_decode_fill_us', t2, t3)): st[k].append(1e6 * (b - a))
+    if self.cfg.repeat_prep and not has_overrides:        # the same step again at once, into a fresh slot
+        t0 = clk(); sl = bufs.decode_slot(); sl.req_pool_indices[:batch] = pools
+        bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=False)
+        st['prep_decode_repeat_us'].append(1e6 * (clk() - t0))
+
+# %% ../nbs/31_demo.ipynb #c420c90c
+@patch
+def _prep_mixed(self: Scheduler, op: ForwardOp, total: int):
+    "A prefill or mixed step through `fill_input_buffers`, timed (and, on steps without overrides, repeated at once)."
+    fill = lambda: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
+    self.in_prep = True
+    t0 = time.perf_counter(); fill(); t1 = time.perf_counter()
+    self.in_prep = False
+    self.stats['prep_us'].append(1e6 * (t1 - t0))
+    if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
+        t0 = time.perf_counter(); fill(); self.stats['prep_repeat_us'].append(1e6 * (time.perf_counter() - t0))
+
 # %% ../nbs/31_demo.ipynb #d0601b9d
 @patch
 def run_step(self: Scheduler, rows, padded_bs: int | None):
@@ -553,17 +622,8 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     for r in not_ready: self.states.remote_spec_candidate_ready[r.pool_row] = False
     total = len(expect['ids'])
     self._batch_tables(rows)
-    fill = lambda: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
-    t0 = time.perf_counter()
-    fill()
-    kind = 'prep_decode_us' if all(not p for _, _, p in rows) else 'prep_us'
-    self.stats[kind].append(1e6 * (time.perf_counter() - t0))
-    # the same call again, with the host's caches warm from the first; only without overrides: the kernel moves an
-    # override into the request's state (and clears its draft readiness), so a second call would stage another step
-    if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
-        t0 = time.perf_counter()
-        fill()
-        self.stats[kind.replace('_us', '_repeat_us')].append(1e6 * (time.perf_counter() - t0))
+    if all(not p for _, _, p in rows): self._prep_decode(op, len(rows), bool(corrupt))
+    else: self._prep_mixed(op, total)
     self._inject(rows, total)
     self._groups_and_draft(rows, total, padded_bs)
     if padded_bs is not None:
@@ -615,6 +675,7 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
             r.cache_len += n
             if r.cache_len < r.prompt_len: continue
             r.tokens.append(self._next_token(r, c + n - 1, g[n - 1])); r.state = 'decode'
+            if self.l3 is not None and self.l3.role == 'put': self._l3_put(r)   # before a finish frees its pages
         else:
             single = r in not_ready
             self.stats['single_verify'] += single
@@ -662,22 +723,31 @@ class Progress:
         if self.tty: self.stream.write('\n'); self.stream.flush()
 
 # %% ../nbs/31_demo.ipynb #51dbe393
-def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True) -> dict:
-    "Run one rank's serving loop to completion; returns its statistics."
+def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True, l3: L3Plan | None = None,
+          label: str = '') -> dict:
+    "Run one rank's serving loop to completion (`l3`: as an instance of the L3 scenario); returns its statistics."
     torch.backends.cuda.matmul.allow_tf32 = False       # float32 matmuls in float32: the tolerance assumes it
-    s = Scheduler(cfg, rank=rank)
-    bar = Progress(cfg.requests * world, 'requests finished') if progress and rank == 0 else None
-    while True:
-        rows, decode_only = s.plan_step() if s.has_work else ([], True)
-        want, prefill, work = dist_all_reduce([len(rows), int(not decode_only), int(s.has_work)], 'max')
-        if not work: break
-        if s.step_no > cfg.max_steps: raise DemoViolation(f'no progress after {cfg.max_steps} steps')
-        padded = pick_capture_size(want, cfg.capture_sizes) if want and not prefill else None
-        if rows or padded is not None: s.run_step(rows, padded)
-        finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
-        if bar: bar.update(finished)
+    s = Scheduler(cfg, rank=rank, l3=l3)
+    bar = Progress(cfg.requests * world, 'requests finished' + label) if progress and rank == 0 else None
+    def on_gc(phase, info):                              # a collection that starts inside a step's input preparation
+        if phase == 'start' and s.in_prep: s.stats['gc_in_prep'] += 1
+    gen0 = gc.get_stats()[0]['collections']
+    gc.callbacks.append(on_gc)
+    try:
+        while True:
+            rows, decode_only = s.plan_step() if s.has_work else ([], True)
+            want, prefill, work = dist_all_reduce([len(rows), int(not decode_only), int(s.has_work)], 'max')
+            if not work: break
+            if s.step_no > cfg.max_steps: raise DemoViolation(f'no progress after {cfg.max_steps} steps')
+            padded = pick_capture_size(want, cfg.capture_sizes) if want and not prefill else None
+            if rows or padded is not None: s.run_step(rows, padded)
+            finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
+            if bar: bar.update(finished)
+    finally:
+        gc.callbacks.remove(on_gc)
+        if l3 is not None: s._l3_close()
     if bar: bar.close()
-    s.stats.update(ranks=world, tolerance=cfg.tolerance)
+    s.stats.update(ranks=world, tolerance=cfg.tolerance, gc_gen0=gc.get_stats()[0]['collections'] - gen0)
     return s.stats
 
 # %% ../nbs/31_demo.ipynb #33ceac6b
@@ -703,21 +773,257 @@ def report(stats: dict) -> str:
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "
         f"{stats['host_bytes'] / 1e6:.2f} MB at {gbs:.2f} GB/s",
-        f"input prep per step  median {med('prep_decode_us'):.0f} us decode-only, {med('prep_us'):.0f} us "
-        f"prefill/mixed (host time of fill_input_buffers)"
-        + (f"; the same call repeated at once: {med('prep_decode_repeat_us'):.0f} us, {med('prep_repeat_us'):.0f} us"
+        f"input prep per step  median {med('prep_decode_us'):.0f} us decode-only (written into staging: slot "
+        f"{med('prep_decode_slot_us'):.0f} us, writes {med('prep_decode_write_us'):.0f} us, fill_staged_decode "
+        f"{med('prep_decode_fill_us'):.0f} us), {med('prep_us'):.0f} us prefill/mixed (fill_input_buffers), in the loop"
+        + (f"; the same step repeated at once: {med('prep_decode_repeat_us'):.0f} us, {med('prep_repeat_us'):.0f} us"
            if any(med(k) == med(k) for k in ('prep_decode_repeat_us', 'prep_repeat_us')) else ''),   # nan: none
+        f"garbage collector    {stats.get('gc_gen0', 0)} gen-0 collections during the run, "
+        f"{stats.get('gc_in_prep', 0)} inside a step's input preparation",
         f"checks passed        {stats['checks']}"])
 
 # %% ../nbs/31_demo.ipynb #ef462716
 def _summary(stats: dict) -> dict:
-    "Statistics with the per-step lists reduced to their medians (small enough to pass between processes)."
-    return {**stats, **{k: _median(stats[k]) for k in ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us')}}
+    "Statistics with the per-step lists reduced to their medians and counts (small enough to pass between processes)."
+    return {**stats, **{k: _median(stats[k]) for k in _PREP}, **{k + '_n': len(stats[k]) for k in _PREP}}
 
 _SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
            'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
-           'kv_compared', 'host_bytes')
+           'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep')
 _MAXED = ('max_logit_diff', 'max_kv_diff')   # floats: all-reduced as integers in units of 1e-12
+
+# %% ../nbs/31_demo.ipynb #282eebfa
+@dataclass
+class L3Plan:
+    "What one engine instance does with the L3 tier in a demo run (JSON-able: it travels to the second process)."
+    master: str                 # the Mooncake master, 'host:port'
+    salt: str                   # the run's tenant salt, in hex (the engine's secret: never in a key or a log)
+    role: str                   # 'put': instance 1 stores its prompts' full pages; 'get': instance 2 loads them
+    digests: dict = field(default_factory=dict)   # instance 1's puts: key -> sha256 of the page's bytes
+    stored: list = field(default_factory=list)    # the keys whose put succeeded
+    kill_pid: int = 0           # --fault l3-down: the master's pid, killed at the start of step kill_step
+    kill_step: int = 0
+    timeout_s: float = 1.0      # the tier's deadline per store request
+
+# %% ../nbs/31_demo.ipynb #405b39c1
+_L3_COUNTS = ('l3_put_pages', 'l3_put_failed', 'l3_put_skipped', 'l3_lookups', 'l3_prompt_tokens', 'l3_hit_pages',
+              'l3_hit_requests', 'l3_bytes', 'l3_tokens_saved', 'l3_failed_pages', 'l3_tokens_recomputed',
+              'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at')
+
+@patch
+def _l3_open(self: Scheduler):
+    "Bind an `L3Tier` to this instance's mirror, in the run's namespace (model, KV layout, tenant salt)."
+    self.l3_ns = L3Namespace(self.cfg.model_line(), self.mirror, salt=bytes.fromhex(self.l3.salt))
+    self.l3_tier = L3Tier(self.mirror, MooncakeStore(self.l3.master), self.l3_ns, timeout_s=self.l3.timeout_s,
+                          probe_interval_s=1.0)
+    self.l3_pending, self.l3_stored = [], set(self.l3.stored)   # calls whose host pages the store may still touch
+    self.stats.update({k: 0 for k in _L3_COUNTS}, l3_seconds=0.0)
+
+# %% ../nbs/31_demo.ipynb #fc03d547
+@patch
+def _l3_put(self: Scheduler, r: Request):
+    "Instance 1, as `r`'s prefill completes: its full prompt pages not put before, device -> host mirror -> L3."
+    keys, plan = self.l3_ns.keys(r.tokens[:r.prompt_len]), self.l3
+    new = [i for i, k in enumerate(keys) if k not in plan.digests]        # each key is put once, its bytes recorded
+    if not new: return
+    if len(new) > len(self.host_free): self._l3_reap(wait=True)           # host pages come back as puts return
+    if len(new) > len(self.host_free): self.stats['l3_put_skipped'] += len(new); return
+    host = [self.host_free.pop() for _ in new]
+    self.mirror.store_pages([(r.pages[i], h) for i, h in zip(new, host)], self.stream)
+    synchronize(self.device)
+    for i, h in zip(new, host): plan.digests[keys[i]] = hashlib.sha256(self.mirror.host_pages[h].numpy()).hexdigest()
+    self.l3_pending.append((self.l3_tier.put(host, [keys[i] for i in new]), host))
+
+# %% ../nbs/31_demo.ipynb #24f47ebe
+@patch
+def _l3_reap(self: Scheduler, wait: bool = False):
+    "Take back the host pages of the L3 calls the store has returned from (`wait`: all of them); count the puts."
+    keep = []
+    for h, host in self.l3_pending:
+        if wait: h.wait_released(4 * self.l3.timeout_s + 10)
+        if not h.released: keep.append((h, host)); continue
+        self.host_free += host
+        if h.op == 'put':
+            ok = h.ok
+            self.stats['l3_put_pages'] += int(ok.sum()); self.stats['l3_put_failed'] += int((~ok).sum())
+            self.l3.stored += [k for k, o in zip(h.keys, ok.tolist()) if o]
+    self.l3_pending = keep
+
+# %% ../nbs/31_demo.ipynb #f7e822d0
+@patch
+def _l3_load(self: Scheduler, r: Request):
+    "Instance 2, admitting `r`: match its prompt's full pages in L3, load the hits store -> host -> its own pool."
+    ps, st, tier, wait = self.cfg.page_size, self.stats, self.l3_tier, 4 * self.l3.timeout_s + 5
+    keys = self.l3_ns.keys(r.tokens[:(r.prompt_len - 1) // ps * ps])     # the prompt's last token is always prefilled
+    stored = next((i for i, k in enumerate(keys) if k not in self.l3_stored), len(keys))   # instance 1 stored these
+    t0 = time.perf_counter()
+    m = tier.match(keys); m.wait(wait)
+    hit = self._l3_check_match(r, keys, m, stored)
+    k = min(hit, len(self.host_free))
+    if k and not self._ensure_pages(r, k * ps): k = 0
+    loaded = 0
+    if k:
+        host = [self.host_free.pop() for _ in range(k)]
+        g = tier.get(keys[:k], host); g.wait(wait)
+        loaded = g.prefix
+        self._l3_check_bytes(r, keys, host, loaded)
+        if loaded:
+            self.mirror.load_pages(list(zip(r.pages[:loaded], host[:loaded])), self.stream)
+            synchronize(self.device)
+        self.l3_pending.append((g, host))              # its host pages come back once the store has returned
+    r.cache_len = r.l3_len = loaded * ps
+    self.states.valid_cache_lengths[r.pool_row] = r.cache_len
+    failed = max(0, stored - hit) + (k - loaded)       # pages L3 held for it but did not deliver: recomputed
+    for key, v in (('l3_lookups', 1), ('l3_prompt_tokens', r.prompt_len), ('l3_hit_pages', loaded),
+                   ('l3_hit_requests', int(loaded > 0)), ('l3_bytes', loaded * self.mirror.bytes_per_host_page()),
+                   ('l3_tokens_saved', loaded * ps), ('l3_failed_pages', failed), ('l3_tokens_recomputed', failed * ps),
+                   ('l3_short_pages', hit - k), ('l3_seconds', time.perf_counter() - t0)): st[key] += v
+
+# %% ../nbs/31_demo.ipynb #574b5179
+@patch
+def _l3_check_match(self: Scheduler, r: Request, keys: list, m, stored: int) -> int:
+    "The match's prefix, once checked: L3 holds no key instance 1 never put, and misses none it stored."
+    hit = m.prefix
+    odd = next((i for i in range(hit) if keys[i] not in self.l3.digests), None)
+    if odd is not None:
+        raise DemoViolation(f"step {self.step_no}: L3 holds page {odd} of request {r.uid}'s prompt under a key "
+                            f"instance 1 never put")
+    if hit < stored and m.codes[hit] == MISS:
+        raise DemoViolation(f"step {self.step_no}: L3 answered a miss for page {hit} of request {r.uid}'s prompt, "
+                            f"which instance 1 stored")
+    return hit
+
+# %% ../nbs/31_demo.ipynb #7c874147
+@patch
+def _l3_check_bytes(self: Scheduler, r: Request, keys: list, host: list, n: int):
+    "Each of the first `n` pages got is byte for byte the page instance 1 put under its key (sha256)."
+    for i in range(n):
+        if hashlib.sha256(self.mirror.host_pages[host[i]].numpy()).hexdigest() != self.l3.digests[keys[i]]:
+            raise DemoViolation(f"step {self.step_no}: page {i} of request {r.uid}'s prompt, got from L3 into host "
+                                f"page {host[i]}, differs from the bytes instance 1 put under its key")
+    self.stats['l3_pages_checked'] += n
+
+# %% ../nbs/31_demo.ipynb #363967fc
+@patch
+def _l3_step(self: Scheduler):
+    "At the start of a step: take back the host pages of finished L3 calls; `--fault l3-down`: kill the master now."
+    self._l3_reap()
+    if self.l3.kill_pid and self.step_no == self.l3.kill_step:
+        os.kill(self.l3.kill_pid, signal.SIGKILL); self.stats['l3_killed_at'] = self.step_no
+
+# %% ../nbs/31_demo.ipynb #f177718f
+@patch
+def _l3_close(self: Scheduler):
+    "After the run: wait for the store to return from every call (unless the master was killed), close the tier."
+    self._l3_reap(wait=not self.stats['l3_killed_at'])
+    self.l3_tier.close(); self.l3_tier.store.close()
+
+# %% ../nbs/31_demo.ipynb #c0d6838b
+def _fileno(stream):
+    "The stream's file descriptor, or None (a notebook's stream has none)."
+    try: return stream.fileno()
+    except (AttributeError, OSError, ValueError): return None
+
+@contextlib.contextmanager
+def _native_logs_to(path: str):
+    "Inside: what native code writes to file descriptor 2 goes to `path`; Python's `sys.stderr` stays where it was."
+    sys.stderr.flush()
+    saved, keep = os.dup(2), sys.stderr
+    if _fileno(sys.stderr) == 2: sys.stderr = os.fdopen(os.dup(saved), 'w', buffering=1)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 2); os.close(log)
+    try: yield
+    finally:
+        sys.stderr.flush(); os.dup2(saved, 2); os.close(saved)
+        if sys.stderr is not keep: sys.stderr.close(); sys.stderr = keep
+
+# %% ../nbs/31_demo.ipynb #90592c2a
+def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
+    "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
+    page = flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
+                                                head_dim=cfg.head_dim, dtype=torch.float32, device='meta'))
+    srv = LocalMooncake(segment_bytes=max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * page // 2))
+    info = dict(master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=page, systems=len(system_prompts(cfg)))
+    try:
+        with _native_logs_to(os.path.join(srv.log_dir, 'clients.log')):
+            plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
+            put = _summary(serve(cfg, l3=plan, progress=progress))
+            two = dataclasses.replace(cfg, requests=min(cfg.l3_requests, cfg.requests), instance=2)
+            plan = dataclasses.replace(plan, role='get')
+            if fault == 'l3-down':
+                plan.kill_pid, plan.kill_step = srv.master_proc.pid, max(2, two.requests // (2 * two.arrivals_per_step))
+                info['killed_pid'] = plan.kill_pid
+            get = _second_instance(two, plan, srv.log_dir, progress)
+    finally:
+        if srv.master_proc is not None and srv.master_proc.poll() is not None and srv.store_proc is not None:
+            srv.store_proc.kill()                        # its master is gone: a graceful stop would wait for it
+        srv.stop()
+        info['left'] = srv.pids                          # processes still running: none
+    return put, get, info
+
+# %% ../nbs/31_demo.ipynb #0b017118
+def _end_with_parent():
+    "In the child, before it runs: Linux sends it SIGTERM when the demo's process dies (a no-op elsewhere)."
+    try: ctypes.CDLL(None).prctl(1, signal.SIGTERM)      # PR_SET_PDEATHSIG
+    except Exception: pass
+
+# %% ../nbs/31_demo.ipynb #dd357a1f
+def _second_instance(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool = True) -> dict:
+    "Run instance 2 in a process of its own (`instance_main`) and wait for it; returns its statistics."
+    path, out = os.path.join(workdir, 'instance2.json'), os.path.join(workdir, 'instance2-stats.json')
+    with open(path, 'w') as f:
+        json.dump(dict(cfg=dataclasses.asdict(cfg), plan=dataclasses.asdict(plan), out=out, progress=progress,
+                       log=os.path.join(workdir, 'clients.log')), f)
+    pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))   # import it from here
+    env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
+    code = 'import sys; from tokenspeed_lit.demo import instance_main; sys.exit(instance_main(sys.argv[1]))'
+    p = subprocess.run([sys.executable, '-c', code, path], env=env, stderr=_fileno(sys.stderr),
+                       preexec_fn=_end_with_parent)
+    res = json.load(open(out)) if os.path.exists(out) else {}
+    if 'violation' in res: raise DemoViolation(f"instance 2: {res['violation']}")
+    if p.returncode or 'stats' not in res:
+        raise RuntimeError(f'instance 2 exited with code {p.returncode} (its traceback is above)')
+    return res['stats']
+
+# %% ../nbs/31_demo.ipynb #6137aa78
+def instance_main(path: str) -> int:
+    "The second engine instance's process: serve the run described at `path`, write its statistics or its violation."
+    with open(path) as f: a = json.load(f)
+    cfg = DemoConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in a['cfg'].items()})
+    torch.set_num_threads(_threads_per_rank(1))
+    try:
+        with _native_logs_to(a['log']):
+            res = dict(stats=_summary(serve(cfg, l3=L3Plan(**a['plan']), progress=a['progress'], label=' (instance 2)')))
+    except DemoViolation as e: res = dict(violation=str(e))
+    with open(a['out'], 'w') as f: json.dump(res, f)
+    return 0 if 'stats' in res else 1
+
+# %% ../nbs/31_demo.ipynb #6b5ee8a6
+def l3_report(put: dict, get: dict, info: dict) -> str:
+    "The L3 scenario's lines of the demo's report."
+    mb = lambda n: f'{n / 1e6:.2f} MB'
+    failed, rec = get['l3_failed_pages'], get['l3_tokens_recomputed']
+    short = f"; {get['l3_short_pages']} not loaded for want of free pages" if get['l3_short_pages'] else ''
+    lines = [
+        f"L3 tier              a Mooncake master ({info['master']}) and a store process (pids "
+        f"{', '.join(map(str, info['pids']))}), started for this run and stopped by pid; instance 1 here, instance 2 in "
+        f"a second process; {info['systems']} shared system prompts",
+        f"L3 put (instance 1)  {put['l3_put_pages']} pages ({mb(put['l3_put_pages'] * info['page_bytes'])}): the full "
+        f"prompt pages of each request as its prefill completed, each key once; {put['l3_put_failed']} failed",
+        f"L3 hits (instance 2) {get['l3_hit_pages']} pages matched and loaded store -> host -> device for "
+        f"{get['l3_hit_requests']} of {get['l3_lookups']} requests, {mb(get['l3_bytes'])} moved from L3; "
+        f"{get['l3_tokens_saved']} prefill tokens saved (of {get['l3_prompt_tokens']} prompt tokens)",
+        f"L3 failed gets       {failed} pages ({rec} prefill tokens recomputed){short}",
+        f"L3 checks            {get['l3_pages_checked']} loaded pages byte-identical to what instance 1 put (sha256); "
+        f"K and V at loaded positions compared with transformers {get['l3_kv_compared']} times (after every step)",
+        f"instance 2           {get['steps']} steps, {get['finished']} requests finished, each output equal to "
+        f"generate's; {get['logits_compared']} tokens' logits (max |difference| {get['max_logit_diff']:.1e}), "
+        f"{get['kv_compared']} cached positions' K and V (max {get['max_kv_diff']:.1e}); {get['checks']} checks passed"]
+    if get['l3_killed_at']:
+        lines.append(f"L3 fault             the master (pid {info['killed_pid']}) was killed at step "
+                     f"{get['l3_killed_at']} of instance 2: {failed} pages failed, {rec} prefill tokens recomputed; "
+                     f"serving went on")
+    return '\n'.join(lines)
 
 # %% ../nbs/31_demo.ipynb #0aa4a344
 def machine_line(device=None) -> str:
@@ -760,6 +1066,74 @@ def int_arg(lo: int, hi: int | None = None):
     parse.__name__ = 'integer'
     return parse
 
+# %% ../nbs/31_demo.ipynb #b75e5502
+def l3_skip_reason(ranks: int = 1, off: bool = False) -> str | None:
+    "Why a run goes without the L3 scenario, or None: it needs one rank and Mooncake installed."
+    if off: return 'turned off (--no-l3)'
+    if ranks > 1: return f'--ranks {ranks} (the L3 scenario runs with one rank)'
+    return None if mooncake_available() else INSTALL_HINT
+
+# %% ../nbs/31_demo.ipynb #9adde6ff
+def _serve_ranks(cfg: DemoConfig, ranks: int) -> dict:
+    "One process per rank (`_rank_main`); rank 0's statistics, the counts summed over the ranks."
+    import torch.multiprocessing as mp
+    with socket.socket() as sk:
+        sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, 'stats.json')
+        mp.start_processes(_rank_main, args=(ranks, port, cfg, out), nprocs=ranks, start_method='spawn')
+        return json.load(open(out))
+
+# %% ../nbs/31_demo.ipynb #0352d381
+def _run(cfg: DemoConfig, ranks: int, skip: str | None) -> tuple:
+    "Serve the run: (statistics, the L3 scenario's report lines and JSON, or why it was skipped)."
+    if ranks > 1: stats = _serve_ranks(cfg, ranks)
+    else:
+        torch.set_num_threads(_threads_per_rank(1))
+        if not skip:
+            stats, get, info = run_l3(cfg, cfg.fault)
+            return stats, dict(lines=l3_report(stats, get, info), json=l3_json(stats, get, info))
+        stats = _summary(serve(cfg))
+    return stats, dict(lines=f'L3 tier              skipped: {skip}', json=dict(skipped=skip))
+
+# %% ../nbs/31_demo.ipynb #25b7c291
+def l3_json(put: dict, get: dict, info: dict) -> dict:
+    "The L3 scenario's figures for the JSON report."
+    return dict(master_killed_at_step=get['l3_killed_at'] or None, pages_put=put['l3_put_pages'],
+                puts_failed=put['l3_put_failed'], pages_hit=get['l3_hit_pages'], requests_hit=get['l3_hit_requests'],
+                requests=get['l3_lookups'], bytes_from_l3=get['l3_bytes'], prefill_tokens_saved=get['l3_tokens_saved'],
+                prompt_tokens=get['l3_prompt_tokens'], pages_failed=get['l3_failed_pages'],
+                prefill_tokens_recomputed=get['l3_tokens_recomputed'], pages_byte_checked=get['l3_pages_checked'],
+                loaded_kv_compared=get['l3_kv_compared'],
+                second_instance={k: get[k] for k in ('steps', 'finished', 'checks', 'logits_compared', 'kv_compared',
+                                                     'max_logit_diff', 'max_kv_diff')})
+
+# %% ../nbs/31_demo.ipynb #b233293c
+def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int, elapsed_s: float,
+                failure: str | None = None) -> dict:
+    "The run's report as a JSON-able dict (see above); `failure`: the violation that ended it, if one did."
+    import triton
+    from importlib.metadata import version
+    s, dev = stats or {}, default_device()
+    us = lambda k: None if s.get(k) is None or s[k] != s[k] else round(s[k], 2)     # NaN: no such step
+    return dict(gpu=torch.cuda.get_device_name(dev) if is_accel(dev) else None, torch=torch.__version__,
+                triton=triton.__version__, transformers=version('transformers'), machine=machine_line(),
+                passed=failure is None, failure=failure, elapsed_s=round(elapsed_s, 2),
+                config=dict(ranks=ranks, requests=cfg.requests, verify_width=cfg.verify_width,
+                            page_size=cfg.page_size, seed=cfg.seed, fault=cfg.fault),
+                prep_us=dict(decode_median=us('prep_decode_us'), mixed_median=us('prep_us'),
+                             decode_hot=us('prep_decode_repeat_us'), mixed_hot=us('prep_repeat_us')),
+                parts=dict(decode=dict(steps=s.get('prep_decode_us_n'), span_us=us('prep_decode_us'),
+                                       slot_us=us('prep_decode_slot_us'), writes_us=us('prep_decode_write_us'),
+                                       fill_staged_decode_us=us('prep_decode_fill_us'), hot_us=us('prep_decode_repeat_us'),
+                                       hot_steps=s.get('prep_decode_repeat_us_n')),
+                           mixed=dict(steps=s.get('prep_us_n'), fill_input_buffers_us=us('prep_us'),
+                                      hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),
+                           gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
+                steps={k: s.get(k) for k in ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps',
+                                             'tokens', 'finished')},
+                checks=s.get('checks'), l3=l3)
+
 # %% ../nbs/31_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:
     "The demo's command line."
@@ -774,42 +1148,49 @@ def parser() -> argparse.ArgumentParser:
                     help='seed of the request mix, arrivals and faults (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page'],
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
-                         "request's history at another page in the step's table (default: none)")
+                         "request's history at another page in the step's table; or one serving must survive: "
+                         "'l3-down' kills the Mooncake master in the middle of the second instance's run "
+                         "(default: none)")
+    ap.add_argument('--no-l3', action='store_true',
+                    help='one engine instance, without the L3 scenario (a second instance loading shared prefixes '
+                         'from Mooncake Store)')
+    ap.add_argument('--report', metavar='PATH',
+                    help="also write the run's report as JSON to PATH (the machine, the input preparation's host "
+                         "time in the loop and repeated at once, part by part, the checks, L3)")
     return ap
 
 # %% ../nbs/31_demo.ipynb #6767ed3e
 def main(argv=None) -> int:
     "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    skip = l3_skip_reason(a.ranks, a.no_l3)
+    if a.fault == 'l3-down' and skip: ap.error(f'--fault l3-down needs the L3 scenario, which this run skips: {skip}')
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
     print(f'model: {cfg.model_line()}')
     print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
           f'captured batch sizes {list(cfg.capture_sizes)}')
-    t0 = time.time()
-    try:
-        if a.ranks == 1:
-            torch.set_num_threads(_threads_per_rank(1)); stats = serve(cfg)
-        else:
-            import torch.multiprocessing as mp
-            with socket.socket() as sk:
-                sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
-            with tempfile.TemporaryDirectory() as d:
-                out = os.path.join(d, 'stats.json')
-                mp.start_processes(_rank_main, args=(a.ranks, port, cfg, out), nprocs=a.ranks, start_method='spawn')
-                stats = json.load(open(out))
-    except DemoViolation as e:
-        print(f'\nVIOLATION: {e}'); return 1
-    except Exception as e:   # a rank failed; torch.multiprocessing printed its traceback
+    if not skip:
+        print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, another process) loads '
+              f'the shared system prompts the first stored in Mooncake Store' +
+              (', whose master is killed in the middle of its run' if a.fault == 'l3-down' else ''))
+    t0, stats, l3, failure = time.time(), None, None, None
+    try: stats, l3 = _run(cfg, a.ranks, skip)
+    except DemoViolation as e: failure = f'VIOLATION: {e}'
+    except Exception as e:   # a process failed, and printed its traceback
         last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
-        print(f'\nVIOLATION (in a rank): {last}' if 'DemoViolation' in str(e) else f'\nFAILED: {last}'); return 1
-    print(report(stats))
-    if not stats['checks']:                  # never claim success for a run that checked nothing
-        print('\nFAILED: no check ran'); return 1
+        failure = f'VIOLATION (in another process): {last}' if 'DemoViolation' in str(e) else f'FAILED: {last}'
+    if failure is None and not stats['checks']: failure = 'FAILED: no check ran'   # never claim an unchecked run
+    if a.report:
+        with open(a.report, 'w') as f:
+            json.dump(json_report(stats, l3 and l3['json'], cfg, a.ranks, time.time() - t0, failure), f, indent=1)
+    if failure: print(f'\n{failure}'); return 1
+    print(report(stats)); print(l3['lines'])
     print(f'all checks passed in {time.time() - t0:.1f}s')
     return 0
 
