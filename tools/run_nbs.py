@@ -3,7 +3,9 @@
 `nbdev_test` runs notebooks but keeps no outputs; the docs show saved outputs, so GPU tables and plots
 are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/10_positions.ipynb
 Cells marked `#| eval: false` are skipped, as are cells marked with a test flag from settings.ini
-(`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides."""
+(`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides. With --only TEXT, a flagged
+cell runs only if its source contains TEXT (the others keep their saved outputs): one benchmark of a notebook re-run,
+e.g. --flags gpu --only bench_serving_loop nbs/14_input_buffers.ipynb."""
 import argparse, configparser, os, sys, time
 from pathlib import Path
 from nbcells import split_directives, is_false
@@ -11,6 +13,7 @@ from nbcells import split_directives, is_false
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--flags', default='', help='space separated test flags to run (e.g. gpu)')
+    ap.add_argument('--only', default=None, help='run a flagged cell only if its source contains one of these comma-separated texts')
     ap.add_argument('notebooks', nargs='*')
     a = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
@@ -29,6 +32,8 @@ def main():
             d, _ = split_directives(cell.source)
             if is_false(d.get('eval', 'true')): return True
             if skip & d.keys(): return True
+            flagged = set(cfg['DEFAULT'].get('tst_flags', '').split()) & d.keys()
+            if a.only is not None and flagged and not any(t in cell.source for t in a.only.split(',')): return True
             return False
         t0 = time.time()
         print(f'== {nbp.name}', flush=True)
