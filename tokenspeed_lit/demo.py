@@ -69,7 +69,7 @@ class DemoConfig:
     capture_sizes: tuple = (1, 2, 4, 8)
     seed: int = 0
     max_steps: int = 3000
-    fault: str = 'none'         # a fault: 'stale-tail', 'stray-write', 'wrong-page' (caught), 'l3-down' (survived)
+    fault: str = 'none'         # 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page' (caught), 'l3-down' (survived)
     sliding_pages: int = 3      # the second KV group: a sliding window, a ring of this many pages per request
     draft_ratio: int = 2        # the draft model's pages: this many per page of the target's table
     repeat_prep: bool = False   # time a step's input preparation a second time at once, on steps without overrides
@@ -510,6 +510,12 @@ def _inject(self: Scheduler, rows, total: int):
         if i is not None:        # page 0 of a row with a whole cached page: history, no slot of this step
             self.batch_table[i, 0] = rows[i][0].pages[0] % (self.pool.num_pages - 1) + 1
 
+@patch
+def _inject_late(self: Scheduler):
+    "Sabotage after the step's forward, before its K and V check: a value of a page loaded from L3 (the L3 scenario)."
+    r = next((r for r in self.live if r.l3_len), None) if self.cfg.fault == 'l3-bad-page' else None
+    if r is not None: self.pool.k_of(0)[self._slot(r, 1)] += 0.5
+
 # %% ../nbs/31_demo.ipynb #bdc6dc63
 @patch
 def plan_step(self: Scheduler):
@@ -637,6 +643,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     self._check_groups_and_draft(rows, expect, padded_bs)
     greedy = self._check_logits(rows, expect)
     self._sample(rows, not_ready, expect, greedy)
+    self._inject_late()
     self._check_kv()
     self.stats['steps'] += 1; self.stats['tokens'] += total
     self.stats['overrides'] += sum(1 for x in op.decode_input_ids or [] if x != -1)
@@ -1148,10 +1155,11 @@ def parser() -> argparse.ArgumentParser:
                     help='seed of the request mix, arrivals and faults (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-down'],
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
-                         "request's history at another page in the step's table; or one serving must survive: "
+                         "request's history at another page in the step's table, 'l3-bad-page' changes a value of a page the second "
+                         "instance loaded from L3; or one serving must survive: "
                          "'l3-down' kills the Mooncake master in the middle of the second instance's run "
                          "(default: none)")
     ap.add_argument('--no-l3', action='store_true',
@@ -1168,7 +1176,7 @@ def main(argv=None) -> int:
     ap = parser()
     a = ap.parse_args(argv)
     skip = l3_skip_reason(a.ranks, a.no_l3)
-    if a.fault == 'l3-down' and skip: ap.error(f'--fault l3-down needs the L3 scenario, which this run skips: {skip}')
+    if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
