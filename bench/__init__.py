@@ -1,3 +1,5 @@
 """Benchmarks of tokenspeed_lit: not part of the installed package (an engine imports `tokenspeed_lit`, never this).
 
-Generated from the notebooks beside this file by `tools/export_bench.py`; `make bench` runs them on a GPU."""
+The modules are generated from the notebooks beside this file by `tools/export_bench.py` (checked by `make test`),
+except `l3.py`, the L3 tier against the bare Mooncake client, a script (`python bench/l3.py`) that starts its own
+Mooncake servers. `make bench` runs them on a GPU and writes `bench/results/*.json`."""
