@@ -4,7 +4,7 @@
 
 # %% 03_transfers.ipynb #54d5b3b2
 from __future__ import annotations
-import gc, math, statistics, time
+import gc, json, math, statistics, subprocess, sys, time
 import numpy as np
 import torch
 from tokenspeed_lit.device import HAS_ACCEL, as_device, is_accel
@@ -374,12 +374,11 @@ def first_call_no_warmup(page_size: int, pages: int = 256, warmup: bool | None =
 # %% 03_transfers.ipynb #4d342d34
 def bench_first_call_no_warmup(page_sizes=(4, 16, 64), pages: int = 256, variants=(None, False), **kw) -> list[dict]:
     "`first_call_no_warmup` in a fresh interpreter per page size and variant (`None`: the default, `False`: cold)."
-    import json as _json, subprocess, sys
     rows = []
     for ps in page_sizes:
         for w in variants:
             code = ('import json, sys; from bench.transfers import first_call_no_warmup; '
                     f'print("ROW", json.dumps(first_call_no_warmup({ps}, {pages}, {w!r}, **{kw!r})))')
             out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
-            rows.append(_json.loads(next(l for l in out.stdout.splitlines() if l.startswith('ROW '))[4:]))
+            rows.append(json.loads(next(l for l in out.stdout.splitlines() if l.startswith('ROW '))[4:]))
     return rows
