@@ -161,6 +161,12 @@ def test_bad_input_moves_nothing(shared_mooncake):
                  (lambda: tier.match(iter(keys)), TypeError, 'keys must be a list'),
                  (lambda: tier.match(['tsl3/0123456789abcdef/' + '0' * 64]), ValueError, 'not of this tier'),
                  (lambda: tier.get(keys[:1], torch.tensor([1.0])), TypeError, '1-D integers')]
+        # Keys the namespace made skip the key-by-key check; once edited to hold another namespace's key they do not.
+        edited, foreign = ns.keys(tokens(2, 16)), engine('per-layer', salt=b'other tenant')[2].keys(tokens(2, 16))
+        edited.append(foreign[0]); cases.append((lambda: tier.put([1, 2, 3, 4, 5], edited), ValueError, 'not of this tier'))
+        edited2 = ns.keys(tokens(2, 16)); edited2[1] = foreign[1]
+        cases.append((lambda: tier.get(edited2, [1, 2, 3, 4]), ValueError, 'not of this tier'))
+        cases.append((lambda: tier.match(foreign[:2]), ValueError, 'not of this tier'))   # another namespace's own list
         for f, exc, msg in cases:
             with pytest.raises(exc, match=msg): f()
         assert tier.stats['calls'] == 0 and not tier.held().any()

@@ -11,12 +11,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .l3_keys import L3Namespace, layout_fingerprint
+from .l3_keys import L3Keys, L3Namespace, layout_fingerprint
 
 # %% auto #0
 __all__ = ['OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY', 'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL', 'RPC_FAIL',
            'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN', 'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES', 'SAFE_CODES',
-           'DOWN_CODES', 'INSTALL_HINT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'code_name', 'L3Store',
+           'DOWN_CODES', 'INSTALL_HINT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'WRITER', 'code_name', 'L3Store',
            'mooncake_available', 'check_master', 'MooncakeStore', 'mooncake_master_path', 'free_port', 'serve_segment',
            'LocalMooncake', 'L3Handle', 'L3Tier']
 
@@ -323,6 +323,7 @@ def wait_released(self: L3Handle, timeout: float | None = None) -> bool:
 
 # %% ../nbs/24_l3.ipynb #75be2f17
 QUEUED, RUNNING, ABANDONED, RETURNED = 'queued', 'running', 'abandoned', 'returned'
+WRITER = 1 << 24     # a get's hold on a host page, in the tier's one counter per page (a put's is 1)
 
 class _Batch:
     __slots__ = ('handle', 'lo', 'hi', 'state', 'deadline', 'probe')
@@ -350,8 +351,7 @@ class L3Tier:
         self._lock = threading.Lock()          # one lock; waiters on handles, workers and the watchdog each have a condition
         self._cv, self._work_cv, self._watch_cv = (threading.Condition(self._lock) for _ in range(3))
         self._queue, self._running = deque(), set()
-        self._readers = np.zeros(self.num_host_pages, np.int32)     # in-flight puts reading each host page
-        self._writers = np.zeros(self.num_host_pages, np.int32)     # in-flight gets writing each host page
+        self._holds = np.zeros(self.num_host_pages, np.int32)   # per host page: puts reading it + WRITER x gets writing it
         self._quarantine: set[int] = set()
         self._queued = self._idle = 0
         self._down, self._next_probe, self._closed = False, 0.0, False
@@ -391,6 +391,7 @@ def _check_keys(self: L3Tier, keys, n: int | None) -> list[str]:
     if not isinstance(keys, (list, tuple)): raise TypeError(f'keys must be a list of str, got {type(keys).__name__}')
     if n is not None and len(keys) != n: raise ValueError(f'{len(keys)} keys for {n} host pages')
     if not keys: return []
+    if type(keys) is L3Keys and keys.prefix == self.namespace.prefix: return list(keys)   # made by our namespace
     prefix, width = self.namespace.prefix, len(self.namespace.prefix) + 64
     try: joined = ''.join(keys).encode('ascii')
     except TypeError: raise TypeError("keys must be str (keys of the tier's L3Namespace)") from None
@@ -411,20 +412,22 @@ def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None) ->
         if self._closed: raise RuntimeError('the L3 tier is closed')
         self.stats['calls'] += 1
         if pages is not None:
-            busy = self._writers[pages] > 0 if op == 'put' else (self._writers[pages] | self._readers[pages]) > 0
+            holds = self._holds[pages]
+            busy = holds >= WRITER if op == 'put' else holds != 0     # a put may share its pages with other puts
             if busy.any(): raise ValueError(f'host page {int(pages[busy][0])} is still held by an earlier L3 call')
         if n == 0: return h
-        now = time.monotonic()
-        if self._down and (now < self._next_probe or self._idle == 0):
-            self.stats['down_refused'] += 1; h._codes[:] = DOWN; return h
+        if self._down:
+            now = time.monotonic()
+            if now < self._next_probe or self._idle == 0:
+                self.stats['down_refused'] += 1; h._codes[:] = DOWN; return h
         if self._queued + n > self.max_queued_pages:
             self.stats['refused'] += 1; h._codes[:] = REFUSED; return h
         if self._down: self._next_probe = now + self.probe_interval_s     # this call probes the store
         if pages is not None:
-            (self._readers if op == 'put' else self._writers)[pages] += 1
+            self._holds[pages] += 1 if op == 'put' else WRITER
             h._held[:] = True
         bs = self.batch_pages
-        self._queue.extend(_Batch(h, lo, min(lo + bs, n)) for lo in range(0, n, bs))
+        self._queue.extend([_Batch(h, lo, min(lo + bs, n)) for lo in range(0, n, bs)])
         h._pending, self._queued = -(-n // bs), self._queued + n
         self._work_cv.notify(h._pending)
     return h
@@ -487,7 +490,7 @@ def _release(self: L3Tier, b: _Batch, codes) -> None:
     if h.host_pages is None: return
     pages = h.host_pages[b.lo:b.hi]
     unsafe = np.array([c not in SAFE_CODES for c in codes], bool)
-    (self._readers if h.op == 'put' else self._writers)[pages[~unsafe]] -= 1
+    self._holds[pages[~unsafe]] -= 1 if h.op == 'put' else WRITER
     h._held[b.lo:b.hi][~unsafe] = False
     self._quarantine.update(pages[unsafe].tolist())
 
@@ -556,7 +559,7 @@ def _attempt(self: L3Tier, b: _Batch) -> list[int]:
 def held(self: L3Tier, host_pages=None) -> np.ndarray:
     "Per host page (all, or those given): whether an L3 call still holds it."
     with self._cv:
-        busy = (self._readers > 0) | (self._writers > 0)
+        busy = self._holds != 0
         return busy if host_pages is None else busy[self._check_pages(host_pages)]
 
 @patch
@@ -569,7 +572,7 @@ def release_quarantine(self: L3Tier) -> list[int]:
     "Free the quarantined host pages (only once no transfer into them can arrive); returns them."
     with self._cv:
         pages = sorted(self._quarantine); self._quarantine.clear()
-        for p in pages: self._readers[p] = self._writers[p] = 0
+        self._holds[pages] = 0
         return pages
 
 @patch

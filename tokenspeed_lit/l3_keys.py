@@ -10,7 +10,7 @@ import torch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['FORMAT', 'KEY_PREFIX', 'layout_fingerprint', 'canonical_json', 'token_bytes', 'L3Namespace']
+__all__ = ['FORMAT', 'KEY_PREFIX', 'layout_fingerprint', 'canonical_json', 'token_bytes', 'L3Namespace', 'L3Keys']
 
 # %% ../nbs/23_l3_keys.ipynb #bc2522c9
 def layout_fingerprint(mirror) -> dict:
@@ -66,9 +66,31 @@ class L3Namespace:
     def __repr__(self):
         return f'L3Namespace({self.model!r}, tag {self.tag}, page_size {self.page_size}, tp {self.tp_rank}/{self.tp_size})'
 
+# %% ../nbs/23_l3_keys.ipynb #5d98ff46
+class L3Keys(list):
+    "A list of keys that `L3Namespace.keys` made: `prefix` is its namespace's, or None once the list was changed."
+    __slots__ = ('prefix',)
+    def __init__(self, keys=()): super().__init__(keys); self.prefix = None      # made by hand: checked key by key
+    @classmethod
+    def _made(cls, keys: list, prefix: str) -> L3Keys:
+        out = cls(keys); out.prefix = prefix; return out
+    def __getitem__(self, i):
+        r = list.__getitem__(self, i)
+        return L3Keys._made(r, self.prefix) if isinstance(i, slice) else r
+
+def _forgets(name: str):
+    "A list method that can add a foreign item: it drops the namespace the list remembers, then does its work."
+    def method(self, *args):
+        self.prefix = None
+        return getattr(list, name)(self, *args)
+    method.__name__ = name
+    return method
+
+for _name in ('__setitem__', '__iadd__', 'append', 'extend', 'insert'): setattr(L3Keys, _name, _forgets(_name))
+
 # %% ../nbs/23_l3_keys.ipynb #eaddc129
 @patch
-def keys(self: L3Namespace, tokens, after: str | None = None) -> list[str]:
+def keys(self: L3Namespace, tokens, after: str | None = None) -> L3Keys:
     "Keys of the full pages of `tokens` (page i covers pages 0..i); `after`: key of the page before `tokens[0]`."
     data, step = token_bytes(tokens), 4 * self.page_size
     h = self._seed if after is None else self._digest(after)
@@ -76,7 +98,7 @@ def keys(self: L3Namespace, tokens, after: str | None = None) -> list[str]:
     for i in range(len(data) // step):
         h = hashlib.sha256(h + data[i * step:(i + 1) * step]).digest()
         out.append(self.prefix + h.hex())
-    return out
+    return L3Keys._made(out, self.prefix)
 
 @patch
 def owns(self: L3Namespace, key) -> bool:
