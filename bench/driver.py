@@ -10,6 +10,7 @@ import torch
 from tokenspeed_lit import driver
 from tokenspeed_lit.device import HAS_ACCEL, as_device, is_accel
 from tokenspeed_lit.streams import synchronize
+from tokenspeed_lit.graphs import Captured, capture
 from .timing import Table, env_info
 
 # %% auto #0
@@ -18,17 +19,19 @@ __all__ = ['bench_driver_calls']
 # %% 05_driver.ipynb #35a22d24
 def _ways() -> dict:
     "`{call: {way: callable}}` for every way available here (nothing on a CPU)."
-    out = {'batch_copy': {}, 'copy_2d': {}, 'event_record': {}}
+    out = {'batch_copy': {}, 'copy_2d': {}, 'event_record': {}, 'graph_launch': {}}
     if not HAS_ACCEL: return out
     for call, name, version, make in (('batch_copy', 'cuMemcpyBatchAsync', 12080, driver._CtypesBatchCopy),
                                       ('copy_2d', 'cuMemcpy2DAsync', 12000, driver._Ctypes2DCopy),
-                                      ('event_record', 'cuEventRecord', 12000, driver._ctypes_event_record)):
+                                      ('event_record', 'cuEventRecord', 12000, driver._ctypes_event_record),
+                                      ('graph_launch', 'cuGraphLaunch', 12000, driver._ctypes_graph_launch)):
         pfn = driver.driver_proc(name, version)
         if pfn is not None: out[call]['ctypes'] = make(pfn)
     if driver.cu is not None:
         out['batch_copy']['bindings'] = driver._BindingsBatchCopy()
         out['copy_2d']['bindings'] = driver._Bindings2DCopy()
         out['event_record']['bindings'] = driver._bindings_event_record()
+        out['graph_launch']['bindings'] = driver._bindings_graph_launch()
     return out
 
 # %% 05_driver.ipynb #8970620f
@@ -43,6 +46,15 @@ def _timed(fn, reps: int, after=None) -> list[float]:
 def _busy(stop: threading.Event):
     x = 0
     while not stop.is_set(): x += 1
+
+class _Req:
+    __slots__ = ('rid', 'length', 'pages')
+    def __init__(self, i): self.rid, self.length, self.pages = i, i % 977, [i, i + 1]
+_REQS, _BIG = [_Req(i) for i in range(4000)], np.ones(8 << 20)     # 64 MiB: more than the host CPU's caches
+
+def _evict():
+    "What a serving loop does between two steps, roughly: Python over many request objects, then a pass over a lot of memory."
+    sum(r.length + len(r.pages) for r in _REQS); _BIG.sum()
 
 # %% 05_driver.ipynb #bdd66218
 def bench_driver_calls(device=None, reps: int = 50, rounds: int = 3, piece: int = 4096) -> Table:
@@ -65,23 +77,39 @@ def bench_driver_calls(device=None, reps: int = 50, rounds: int = 3, piece: int 
         want = src.view(-1, piece)[0:2048:2][:1024].reshape(-1)
         assert torch.equal(dst[:1024 * piece].cpu(), want), f'2-D copy through {way} moved the wrong bytes'
     ev = torch.cuda.Event(); ev.record(stream)
-    calls = [(f'copy_batch ({n} pieces)', way, batch(fn, n), False) for n in (1024, n_max)
+    after = stream.synchronize
+    calls = [(f'copy_batch ({n} pieces)', way, batch(fn, n), False, after) for n in (1024, n_max)
              for way, fn in ways['batch_copy'].items()]
-    calls += [('copy_2d (1024 rows)', way, col(fn), False) for way, fn in ways['copy_2d'].items()]
+    calls += [('copy_2d (1024 rows)', way, col(fn), False, after) for way, fn in ways['copy_2d'].items()]
     for busy in (False, True):
-        calls += [(f'event record{" (GIL contended)" if busy else ""}', way, (lambda f=fn: f(ev.cuda_event, h)), busy)
+        calls += [(f'event record{" (GIL contended)" if busy else ""}', way, (lambda f=fn: f(ev.cuda_event, h)), busy, after)
                   for way, fn in ways['event_record'].items()]
         calls.append((f'event record{" (GIL contended)" if busy else ""}', 'torch Event.record',
-                      (lambda: ev.record(stream)), busy))
+                      (lambda: ev.record(stream)), busy, after))
+    # A graph of the decode step's shape (a small host-to-device copy, a kernel), replayed on the current stream
+    # through torch and through the driver directly; alone, and after a loop's Python has run (what a step sees).
+    gsrc = torch.zeros(4096, dtype=torch.int32).pin_memory()
+    gdev, gout = torch.zeros(4096, dtype=torch.int32, device=device), torch.zeros(4096, dtype=torch.int32, device=device)
+    def step(): gdev.copy_(gsrc, non_blocking=True); torch.add(gdev, 1, out=gout)
+    base = capture(step, device)
+    replays = {'torch CUDAGraph.replay': base}
+    for way, fn in ways['graph_launch'].items():
+        replays[way] = Captured(step, base.graph, (fn, base.graph.raw_cuda_graph_exec(), device.index or 0))
+    for way, r in replays.items():                          # each way runs the step
+        gsrc.fill_(len(way)); gout.zero_(); r.replay(); synchronize(device)
+        assert (gout == len(way) + 1).all(), f'graph launch through {way} did not run the step'
+    sync = lambda: synchronize(device)
+    for label, aft in (('graph launch', sync), ("graph launch (after a loop's Python)", lambda: (sync(), _evict()))):
+        calls += [(label, way, r.replay, False, aft) for way, r in replays.items()]
     times = {k: [] for k in range(len(calls))}
     for _ in range(rounds):
-        for k, (_, _, fn, busy) in enumerate(calls):
+        for k, (_, _, fn, busy, aft) in enumerate(calls):
             stop = threading.Event()
             t = threading.Thread(target=_busy, args=(stop,), daemon=True) if busy else None
             if t: t.start(); time.sleep(0.01)
-            times[k] += _timed(fn, reps, after=stream.synchronize)
+            times[k] += _timed(fn, reps, after=aft)
             if t: stop.set(); t.join()
-    for k, (what, way, _, _) in enumerate(calls):
+    for k, (what, way, _, _, _) in enumerate(calls):
         xs = sorted(times[k])
         rows.append(dict(call=what, way=way, host_us=statistics.median(xs), p90_us=xs[int(0.9 * (len(xs) - 1))]))
     synchronize(device)

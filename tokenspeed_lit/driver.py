@@ -9,7 +9,7 @@ import numpy as np
 from .device import HAS_ACCEL
 
 # %% auto #0
-__all__ = ['cu', 'DRIVER_CALLS', 'driver_proc', 'batch_copy_fn', 'copy_2d_fn', 'event_record_fn']
+__all__ = ['cu', 'DRIVER_CALLS', 'driver_proc', 'batch_copy_fn', 'copy_2d_fn', 'event_record_fn', 'graph_launch_fn']
 
 # %% ../nbs/01_driver.ipynb #c5cd4918
 cu = None   # cuda.bindings.driver, or None: no GPU, not installed, or TOKENSPEED_LIT_DRIVER=ctypes
@@ -110,8 +110,17 @@ def _bindings_event_record():
     E, S = cu.CUevent, cu.CUstream
     return lambda event, stream: int(cu.cuEventRecord(E(event), S(stream))[0])
 
+def _ctypes_graph_launch(pfn: int):
+    "`cuGraphLaunch(graph_exec, stream)` through ctypes, keeping the GIL."
+    return ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(pfn)
+
+def _bindings_graph_launch():
+    "`cuGraphLaunch(graph_exec, stream)` through cuda-bindings, on raw handles."
+    G, S = cu.CUgraphExec, cu.CUstream
+    return lambda graph_exec, stream: int(cu.cuGraphLaunch(G(graph_exec), S(stream))[0])
+
 # %% ../nbs/01_driver.ipynb #e2561023
-DRIVER_CALLS = {'batch_copy': 'ctypes', 'copy_2d': 'bindings', 'event_record': 'ctypes'}
+DRIVER_CALLS = {'batch_copy': 'ctypes', 'copy_2d': 'bindings', 'event_record': 'ctypes', 'graph_launch': 'ctypes'}
 "Which way (`'bindings'` or `'ctypes'`) each driver function goes where cuda-bindings is installed; see the measurement."
 
 _made: dict = {}
@@ -140,3 +149,7 @@ def copy_2d_fn():
 def event_record_fn():
     "`f(event, stream) -> status`: `cuEventRecord` on raw handles, keeping the GIL where it goes through ctypes; None where unavailable."
     return _make('event_record', _bindings_event_record, 'cuEventRecord', 12000, _ctypes_event_record)
+
+def graph_launch_fn():
+    "`f(graph_exec, stream) -> status`: `cuGraphLaunch` on raw handles (`graphs.capture(..., direct=True)`); None where unavailable."
+    return _make('graph_launch', _bindings_graph_launch, 'cuGraphLaunch', 12000, _ctypes_graph_launch)

@@ -610,7 +610,7 @@ def _capture_ring(self: FusedDecodeStep):
     graphs, me = [], weakref.ref(self)    # the graphs must not hold the step: a dropped step is freed at once
     for slot in (0, 1):
         self.header(slot, 0, 0, 0, 0, 0, False, False)   # the warm-up runs this empty step: no row, no state
-        graphs.append(_capture(lambda s=slot: me()._issue(s), device=self.device))
+        graphs.append(_capture(lambda s=slot: me()._issue(s), device=self.device, direct=True))   # no random numbers
     self._graphs = graphs
     self.buffers.slab.copy_(saved)
     synchronize(self.device)   # the warm-up copies read the slots: finish them before a step packs a slot again

@@ -8,6 +8,7 @@ import gc
 from collections.abc import Callable
 import torch
 from .device import as_device, is_accel
+from .driver import graph_launch_fn
 
 # %% auto #0
 __all__ = ['Captured', 'capture']
@@ -15,18 +16,26 @@ __all__ = ['Captured', 'capture']
 # %% ../nbs/05_graphs.ipynb #47c39a0d
 class Captured:
     "A step captured once and replayed over the same buffers (`torch.cuda.CUDAGraph`, or eager on the CPU)."
-    def __init__(self, fn: Callable[[], object], graph=None): self.fn, self.graph = fn, graph
+    def __init__(self, fn: Callable[[], object], graph=None, launch=None):
+        self.fn, self.graph, self._launch = fn, graph, launch      # launch: (cuGraphLaunch, graph exec, device index)
     @property
     def is_graph(self) -> bool: return self.graph is not None
+    @property
+    def is_direct(self) -> bool: return self._launch is not None
     def replay(self):
-        "Run the captured step again, reading the buffers' current contents."
-        if self.graph is not None: self.graph.replay()
+        "Run the captured step again, reading the buffers' current contents (on the device's current stream)."
+        if self._launch is not None:
+            launch, graph_exec, index = self._launch
+            rc = launch(graph_exec, torch._C._cuda_getCurrentRawStream(index))
+            if rc: raise RuntimeError(f'cuGraphLaunch failed with CUresult {rc}')
+        elif self.graph is not None: self.graph.replay()
         else: self.fn()
-    def __repr__(self): return f'Captured({"CUDA graph" if self.is_graph else "eager"})'
+    def __repr__(self): return f'Captured({"CUDA graph" if self.is_graph else "eager"}{", direct" if self.is_direct else ""})'
+
 
 # %% ../nbs/05_graphs.ipynb #af49e371
-def capture(fn: Callable[[], object], device=None, warmup: int = 2) -> Captured:
-    "Capture `fn` (no arguments; reads and writes persistent buffers) for replay on `device`."
+def capture(fn: Callable[[], object], device=None, warmup: int = 2, direct: bool = False) -> Captured:
+    "Capture `fn` (no arguments; reads and writes persistent buffers) for replay on `device`; `direct`: see below."
     capture.calls += 1          # tests count captures: after a `warmup()` nothing may capture mid-serving
     device = as_device(device)
     if not is_accel(device): return Captured(fn)
@@ -43,6 +52,9 @@ def capture(fn: Callable[[], object], device=None, warmup: int = 2) -> Captured:
         with torch.cuda.graph(g): fn()
     finally:
         if was_enabled: gc.enable()
-    return Captured(fn, g)
+    launch = graph_launch_fn() if direct and hasattr(g, 'raw_cuda_graph_exec') else None
+    if launch is None: return Captured(fn, g)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return Captured(fn, g, (launch, g.raw_cuda_graph_exec(), index))
 
 capture.calls = 0
