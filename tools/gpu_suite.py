@@ -1,8 +1,10 @@
 """The whole test suite on a GPU in one call (`make test-gpu`), and the kernel tests under compute-sanitizer's memcheck
 (`make sanitize`). Both record what they ran in bench/results/gpu_suite.json.
 
-    python tools/gpu_suite.py               # every notebook (nbdev_test) + every pytest test but the docs site's, -n 8
-    python tools/gpu_suite.py --sanitize    # positions, fused decode, page tables, host mirror and transports tests
+    python tools/gpu_suite.py               # every notebook (nbdev_test, in the background) + every pytest test but
+                                            # the docs site's (-n 10), at the same time
+    python tools/gpu_suite.py --sanitize    # positions, fused decode, page tables, host mirror and transports tests,
+                                            # one sanitized process per file, all at once
 
 The docs-site tests need Sphinx and Chromium, which a GPU machine without a package index lacks; CI runs them.
 Under the sanitizer the caching allocator is off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`): memcheck sees a write past a
@@ -57,45 +59,95 @@ def _pytest(args: list[str], env: dict, junit: Path, prefix: list[str] = ()) -> 
     return p.wait(), time.time() - t0, ''.join(lines)
 
 
+def _tail(path: Path, n: int = 25) -> str:
+    lines = path.read_text(errors='replace').splitlines()
+    return '\n'.join(lines[-n:])
+
+
+def _wait_all(procs: dict, t0: float, every: float = 20.0) -> dict:
+    "Wait for every `{name: Popen}`, printing which are still running every `every` seconds; `{name: returncode}`."
+    rcs, last = {}, time.time()
+    while len(rcs) < len(procs):
+        for name, p in procs.items():
+            if name not in rcs and p.poll() is not None:
+                rcs[name] = p.returncode
+                print(f'  {name}: {"passed" if p.returncode == 0 else f"FAILED (rc {p.returncode})"} at {time.time() - t0:.0f} s', flush=True)
+        if time.time() - last > every:
+            print(f'  still running at {time.time() - t0:.0f} s: {", ".join(n for n in procs if n not in rcs)}', flush=True)
+            last = time.time()
+        time.sleep(0.5)
+    return rcs
+
+
 def suite(workers: int) -> int:
+    "The notebooks (nbdev_test, in the background) and pytest (-n workers) at the same time; both must pass."
     env = {**os.environ, 'PYTHONPATH': f'{ROOT}{os.pathsep}{os.environ.get("PYTHONPATH", "")}'}
     t0 = time.time()
     nbtest = shutil.which('nbdev_test') or str(Path(sys.executable).parent / 'nbdev_test')
-    nb_rc = 0
-    for path in ('nbs', 'bench'):
-        print(f'$ nbdev_test --path {path}  ({time.time() - t0:.0f} s)', flush=True)
-        nb_rc |= subprocess.run([nbtest, '--path', path, '--n_workers', '8', '--timing'], cwd=ROOT, env=env).returncode
     with tempfile.TemporaryDirectory() as d:
+        logs, procs = {}, {}
+        for path in ('nbs', 'bench'):
+            logs[path] = Path(d) / f'{path}.log'
+            print(f'$ nbdev_test --path {path} --n_workers 3  (in the background, output after pytest)', flush=True)
+            procs[path] = subprocess.Popen([nbtest, '--path', path, '--n_workers', '3', '--timing'], cwd=ROOT, env=env,
+                                           stdout=logs[path].open('w'), stderr=subprocess.STDOUT)
         junit = Path(d) / 'junit.xml'
-        rc, _, _ = _pytest([*_xdist(workers), '--durations=15', '--ignore=tests/test_docs_site.py', 'tests/'], env, junit)
+        rc, pytest_s, _ = _pytest([*_xdist(workers), '--durations=25', '--ignore=tests/test_docs_site.py', 'tests/'],
+                                  env, junit)
         counts = _counts(junit)
+        nb_rcs = _wait_all(procs, t0)
+        for path in procs: print(f'--- nbdev_test --path {path} (last lines)\n{_tail(logs[path])}', flush=True)
+    nb_rc = int(any(nb_rcs.values()))
     duration = time.time() - t0
-    _record(**counts, duration_s=round(duration, 1), notebooks_passed=nb_rc == 0, pytest_workers=workers)
+    _record(**counts, duration_s=round(duration, 1), pytest_s=round(pytest_s, 1), notebooks_passed=nb_rc == 0,
+            pytest_workers=workers)
     print(f'gpu suite: notebooks {"passed" if nb_rc == 0 else "FAILED"}, pytest {counts}, {duration:.0f} s')
     return rc or nb_rc
 
 
 def sanitize(workers: int) -> int:
+    "Each kernel test file under memcheck in its own process, `workers` at a time (xdist's workers never got going there)."
     tool = shutil.which('compute-sanitizer') or '/usr/local/cuda/bin/compute-sanitizer'
     env = {**os.environ, 'PYTORCH_NO_CUDA_MEMORY_CACHING': '1', 'HYPOTHESIS_PROFILE': 'sanitize',
            'PYTHONPATH': f'{ROOT}{os.pathsep}{os.environ.get("PYTHONPATH", "")}'}
     prefix = [tool, '--tool', 'memcheck', '--target-processes', 'all', '--print-limit', '20']
+    t0 = time.time()
+    counts, errors, summaries, rcs = dict(passed=0, failed=0, skipped=0), 0, 0, {}
     with tempfile.TemporaryDirectory() as d:
-        junit = Path(d) / 'junit.xml'
-        rc, duration, out = _pytest([*_xdist(workers), *KERNEL_TESTS], env, junit, prefix)
-        counts = _counts(junit) if junit.exists() else dict(passed=0, failed=0, skipped=0)
-    # one summary per sanitized process; a process with errors says so, and "ERROR SUMMARY: 0 errors" otherwise
-    errors = sum(int(n) for n in re.findall(r'ERROR SUMMARY: (\d+) error', out))
-    summaries = len(re.findall(r'ERROR SUMMARY:', out))
+        todo, running, files, last = list(KERNEL_TESTS), {}, {}, time.time()
+        while todo or running:
+            while todo and len(running) < workers:
+                f = todo.pop(0); stem = Path(f).stem
+                junit, log = Path(d) / f'{stem}.xml', Path(d) / f'{stem}.log'
+                cmd = [*prefix, sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', f'--junitxml={junit}', f]
+                print('$', ' '.join(cmd), flush=True)
+                running[f] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open('w'), stderr=subprocess.STDOUT)
+                files[f] = (junit, log)
+            for f, p in list(running.items()):
+                if p.poll() is not None:
+                    rcs[f] = p.returncode; del running[f]
+                    print(f'  {f}: rc {p.returncode} at {time.time() - t0:.0f} s', flush=True)
+            if running and time.time() - last > 30:
+                print(f'  still running at {time.time() - t0:.0f} s: {", ".join(running)}', flush=True); last = time.time()
+            time.sleep(0.5)
+        for f, (junit, log) in files.items():
+            out = log.read_text(errors='replace')
+            c = _counts(junit) if junit.exists() else dict(passed=0, failed=1, skipped=0)
+            for k in counts: counts[k] += c[k]
+            errors += sum(int(n) for n in re.findall(r'ERROR SUMMARY: (\d+) error', out))
+            summaries += len(re.findall(r'ERROR SUMMARY:', out))
+            print(f'--- {f}: {c}, rc {rcs.get(f)}\n{_tail(log, 12)}', flush=True)
+    duration = time.time() - t0
     _record(sanitizer_errors=errors, sanitized_tests=counts['passed'] + counts['failed'],
             sanitizer_failed=counts['failed'], sanitizer_duration_s=round(duration, 1), sanitizer_processes=summaries)
     print(f'sanitizer: {errors} errors in {summaries} processes, tests {counts}, {duration:.0f} s')
-    return rc or (1 if errors or not summaries else 0)
+    return 1 if errors or not summaries or counts['failed'] or any(rcs.values()) else 0
 
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--sanitize', action='store_true', help='the kernel tests under compute-sanitizer memcheck')
-    ap.add_argument('-n', '--workers', type=int, default=8, help='pytest-xdist workers (default 8)')
+    ap.add_argument('-n', '--workers', type=int, default=None,
+                    help='pytest-xdist workers (default 10), or sanitized processes at once (default: one per test file)')
     a = ap.parse_args()
-    sys.exit(sanitize(a.workers) if a.sanitize else suite(a.workers))
+    sys.exit(sanitize(a.workers or len(KERNEL_TESTS)) if a.sanitize else suite(a.workers or 10))
