@@ -59,3 +59,22 @@ def random_table(g, rows, cols, null=0.2):
     table[torch.rand(rows, cols, generator=g) < null] = torch.tensor(-1, dtype=torch.int32)
     table[torch.rand(rows, cols, generator=g) < null / 2] = 0
     return table
+
+
+# ---- a test that runs past TOKENSPEED_LIT_TEST_HANG_S seconds dumps every thread's stack into
+# TOKENSPEED_LIT_TEST_HANG_DIR (make test-gpu sets both): a run cut off at its time limit still says where it was.
+import faulthandler, pytest as _pytest
+
+@_pytest.fixture(autouse=True)
+def _hang_report(request):
+    after, where = float(os.environ.get('TOKENSPEED_LIT_TEST_HANG_S', 0) or 0), os.environ.get('TOKENSPEED_LIT_TEST_HANG_DIR')
+    if not (after and where):
+        yield; return
+    name = request.node.nodeid.replace('/', '_').replace('::', '-')[:150]
+    with open(os.path.join(where, f'{os.getpid()}-{name}.txt'), 'w') as f:
+        f.write(request.node.nodeid + '\n'); f.flush()
+        faulthandler.dump_traceback_later(after, exit=False, file=f)
+        try: yield
+        finally: faulthandler.cancel_dump_traceback_later()
+    if os.path.getsize(os.path.join(where, f'{os.getpid()}-{name}.txt')) <= len(request.node.nodeid) + 1:
+        os.remove(os.path.join(where, f'{os.getpid()}-{name}.txt'))     # finished in time: nothing to keep

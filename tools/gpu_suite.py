@@ -92,8 +92,11 @@ def suite(workers: int) -> int:
             procs[path] = subprocess.Popen([nbtest, '--path', path, '--n_workers', '3', '--timing'], cwd=ROOT, env=env,
                                            stdout=logs[path].open('w'), stderr=subprocess.STDOUT)
         junit = Path(d) / 'junit.xml'
-        rc, pytest_s, _ = _pytest([*_xdist(workers), '--durations=25', '--ignore=tests/test_docs_site.py', 'tests/'],
-                                  env, junit)
+        hangs = os.environ.get('TOKENSPEED_LIT_TEST_HANG_DIR') or str(Path(d) / 'hangs')
+        os.makedirs(hangs, exist_ok=True)
+        env = {'TOKENSPEED_LIT_TEST_HANG_S': '90', **env, 'TOKENSPEED_LIT_TEST_HANG_DIR': hangs}
+        rc, pytest_s, _ = _pytest([*_xdist(workers), '-v', '-rfE', '--durations=25', '--ignore=tests/test_docs_site.py',
+                                   'tests/'], env, junit)
         counts = _counts(junit)
         nb_rcs = _wait_all(procs, t0)
         for path in procs: print(f'--- nbdev_test --path {path} (last lines)\n{_tail(logs[path])}', flush=True)
