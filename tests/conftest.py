@@ -6,7 +6,9 @@ import tokenspeed_lit.device  # noqa: F401  (decides TRITON_INTERPRET before any
 # The Triton interpreter is slow (about 1 ms per program): keep example counts CI-sized, no deadline.
 settings.register_profile('ci', max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile('gpu', max_examples=200, deadline=None,
+# On a GPU: more than CI; at 200 examples six properties (each example a new step, graph captures, compiles) ran past
+# 90 s each and the whole suite past 340 s on the H200, so `make test-gpu` could not keep its 240 s.
+settings.register_profile('gpu', max_examples=50, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Under compute-sanitizer (`make sanitize`) every kernel runs tens of times slower: a handful of examples per property.
 settings.register_profile('sanitize', max_examples=6, deadline=None,

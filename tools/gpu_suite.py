@@ -11,7 +11,7 @@ Under the sanitizer the caching allocator is off (`PYTORCH_NO_CUDA_MEMORY_CACHIN
 tensor only when the tensor ends where its allocation ends, and the allocator's blocks are larger than the tensors
 they hold. A write that stays inside one allocation it never sees, which is why the tests' poisoned guard bands stay.
 Hypothesis runs its small `sanitize` profile there (tests/conftest.py)."""
-import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
+import argparse, importlib.util, json, os, re, shutil, subprocess, sys, tempfile, time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -95,7 +95,8 @@ def suite(workers: int) -> int:
         hangs = os.environ.get('TOKENSPEED_LIT_TEST_HANG_DIR') or str(Path(d) / 'hangs')
         os.makedirs(hangs, exist_ok=True)
         env = {'TOKENSPEED_LIT_TEST_HANG_S': '90', **env, 'TOKENSPEED_LIT_TEST_HANG_DIR': hangs}
-        rc, pytest_s, _ = _pytest([*_xdist(workers), '-v', '-rfE', '--durations=25', '--ignore=tests/test_docs_site.py',
+        limit = ['--timeout=200'] if importlib.util.find_spec('pytest_timeout') else []   # a hung test fails, named
+        rc, pytest_s, _ = _pytest([*_xdist(workers), *limit, '-rfE', '--durations=25', '--ignore=tests/test_docs_site.py',
                                    'tests/'], env, junit)
         counts = _counts(junit)
         nb_rcs = _wait_all(procs, t0)
@@ -113,7 +114,9 @@ def sanitize(workers: int) -> int:
     tool = shutil.which('compute-sanitizer') or '/usr/local/cuda/bin/compute-sanitizer'
     env = {**os.environ, 'PYTORCH_NO_CUDA_MEMORY_CACHING': '1', 'HYPOTHESIS_PROFILE': 'sanitize',
            'PYTHONPATH': f'{ROOT}{os.pathsep}{os.environ.get("PYTHONPATH", "")}'}
-    prefix = [tool, '--tool', 'memcheck', '--target-processes', 'all', '--print-limit', '20']
+    # API errors are left out: cuda-bindings' loader asks cuGetProcAddress for every driver function, and each one
+    # this driver lacks is reported as an error (34 in a run on the H200), though no memory is touched.
+    prefix = [tool, '--tool', 'memcheck', '--report-api-errors', 'no', '--target-processes', 'all', '--print-limit', '20']
     t0 = time.time()
     counts, errors, summaries, rcs = dict(passed=0, failed=0, skipped=0), 0, 0, {}
     with tempfile.TemporaryDirectory() as d:
@@ -137,8 +140,8 @@ def sanitize(workers: int) -> int:
             out = log.read_text(errors='replace')
             c = _counts(junit) if junit.exists() else dict(passed=0, failed=1, skipped=0)
             for k in counts: counts[k] += c[k]
-            errors += sum(int(n) for n in re.findall(r'ERROR SUMMARY: (\d+) error', out))
-            summaries += len(re.findall(r'ERROR SUMMARY:', out))
+            errors += sum(int(n) for n in re.findall(r'ERROR SUMMARY: (\d+) errors?$', out, re.M))   # not '... were not printed'
+            summaries += len(re.findall(r'ERROR SUMMARY: \d+ errors?$', out, re.M))
             print(f'--- {f}: {c}, rc {rcs.get(f)}\n{_tail(log, 12)}', flush=True)
     duration = time.time() - t0
     _record(sanitizer_errors=errors, sanitized_tests=counts['passed'] + counts['failed'],
