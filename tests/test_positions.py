@@ -451,6 +451,23 @@ def compiled_variants(jit_fn) -> int:
     return sum(len(cache[0]) for cache in jit_fn.device_caches.values())
 
 
+@pytest.mark.parametrize('order', ['pool', 'batch'])
+def test_groups_after_a_launch_with_ones(order):
+    "A launch compiled for per-group ints of 1 (Triton folds them in) is never reused for others: each call checked."
+    g = torch.Generator().manual_seed(7)
+    base = torch.randint(1, 500, (6, 8), generator=g, dtype=torch.int32)
+    pool, lens, start = torch.tensor([4, 0, 2]), torch.tensor([2, 3, 1], dtype=torch.int32), torch.tensor([0, 5, 9])
+    for size, cols in ((1, 1), (5, 8), (16, 3), (1, 8), (5, 1)):
+        tables = [base[:, :cols].contiguous(), base[:, ::2].contiguous()]
+        if order == 'batch': tables = [t[pool] for t in tables]
+        outs = [torch.full((6,), -7, dtype=torch.int32, device=DEV) for _ in range(2)]
+        compute_out_cache_loc_groups(outs, pool.to(DEV), lens.to(DEV), start.to(DEV), [t.to(DEV) for t in tables],
+                                     [size, 4], dummy_slot=3, table_order=order)
+        refs = compute_out_cache_loc_groups_ref(pool, lens, start, tables, [size, 4], None, 3, 6, order)
+        for k, (o, r) in enumerate(zip(outs, refs)):
+            assert torch.equal(o.cpu(), r.to(o.dtype)), f'page size {size}, {cols} columns, group {k}: {o.tolist()} != {r.tolist()}'
+
+
 @pytest.mark.skipif(not HAS_ACCEL, reason='compiled kernels need a GPU')
 @pytest.mark.parametrize('order', ['pool', 'batch'])
 @pytest.mark.parametrize('out_dtype', [torch.int32, torch.int64])
@@ -460,14 +477,22 @@ def test_groups_compile_once_per_dtype_combination(order, out_dtype):
     big = torch.randint(-1, 10**6, (8192, 4096), dtype=torch.int32, device=DEV)
     widths = [1, 2, 3, 15, 16, 17, 32, 100, 1024, 4095, 4096]
     batches = [1, 2, 7, 16, 17, 256, 1000, 4096, 8191, 8192]
-    before = compiled_variants(_groups_kernel)
+    # Triton specialises the elements of a tuple parameter whatever do_not_specialize says (see `launch`): an int
+    # element of 1 is compiled in, one divisible by 16 is marked so. Each call's classes of its per-group ints bound
+    # the variants; where a Triton honours do_not_specialize inside tuples, one variant is all it may compile.
+    cls = lambda v: 'one' if v == 1 else 'x16' if v % 16 == 0 else 'n'
+    before, seen = compiled_variants(_groups_kernel), set()
     for i, bs in enumerate(batches):
         for j, w in enumerate(widths[i % 3::3]):
             L = 1 + (i + j) % 4
             tables = [big[:, :w], big[:, :max(1, w // 2)]]
             outs = [torch.empty(bs * L, dtype=out_dtype, device=DEV) for _ in range(2)]   # aligned, as persistent buffers
+            sizes, rings = [1 + (i * j) % 17, 16], [None, max(1, w // 3)]
             compute_out_cache_loc_groups(outs, torch.randperm(8192, device=DEV)[:bs], torch.full((bs,), L, device=DEV),
-                                         torch.randint(0, 1000, (bs,), device=DEV), tables, [1 + (i * j) % 17, 16],
-                                         [None, max(1, w // 3)], table_order=order)
+                                         torch.randint(0, 1000, (bs,), device=DEV), tables, sizes, rings,
+                                         table_order=order)
+            ints = [t.stride(0) for t in tables] + [t.stride(1) for t in tables] + [t.shape[0] for t in tables]
+            ints += [r or t.shape[1] for t, r in zip(tables, rings)] + sizes
+            seen.add(tuple(cls(v) for v in ints))
     torch.cuda.synchronize()
-    assert compiled_variants(_groups_kernel) - before <= 1
+    assert compiled_variants(_groups_kernel) - before <= len(seen)

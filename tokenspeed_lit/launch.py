@@ -48,8 +48,8 @@ def _spec_key(args, fixed) -> list | None:
             key.append(0 if -2147483648 <= a < 2147483648 else 1 if a < 1 << 63 else 2)   # i32, i64, u64
             if not dont: key.append(a == 1); key.append(not a & 15)
         elif a is None or t is bool: key.append(a)
-        elif t is tuple:                   # a tuple parameter: its elements, specialised as the parameter says
-            sub = _spec_key(a, (dont,) * len(a))
+        elif t is tuple:                   # a tuple parameter: its elements, each specialised (see below)
+            sub = _spec_key(a, (False,) * len(a))
             if sub is None: return None
             key.append(tuple(sub))
         else: return None
@@ -83,7 +83,7 @@ def _key_terms(a: str, kind: str, dont: bool) -> tuple[list[str], list[str]]:
     parts = _split_kinds(kind[1:-1])                           # a tuple: its elements, then their bits as one tuple
     tests, bits = [f'type({a}) is tuple', f'len({a}) == {len(parts)}'], []
     for j, k in enumerate(parts):
-        t, b = _key_terms(f'{a}[{j}]', k, dont); tests += t; bits += b
+        t, b = _key_terms(f'{a}[{j}]', k, False); tests += t; bits += b   # elements: always specialised
     return tests, [f'({", ".join(bits)}{"," if len(bits) == 1 else ""})']
 
 def _key_source(kinds: str, fixed) -> str:
