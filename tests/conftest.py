@@ -72,11 +72,10 @@ def _hang_report(request):
     after, where = float(os.environ.get('TOKENSPEED_LIT_TEST_HANG_S', 0) or 0), os.environ.get('TOKENSPEED_LIT_TEST_HANG_DIR')
     if not (after and where):
         yield; return
-    name = request.node.nodeid.replace('/', '_').replace('::', '-')[:150]
-    with open(os.path.join(where, f'{os.getpid()}-{name}.txt'), 'w') as f:
+    path = os.path.join(where, f"{os.getpid()}-{request.node.nodeid.replace('/', '_').replace('::', '-')[:150]}.txt")
+    with open(path, 'w') as f:
         f.write(request.node.nodeid + '\n'); f.flush()
         faulthandler.dump_traceback_later(after, exit=False, file=f)
         try: yield
         finally: faulthandler.cancel_dump_traceback_later()
-    if os.path.getsize(os.path.join(where, f'{os.getpid()}-{name}.txt')) <= len(request.node.nodeid) + 1:
-        os.remove(os.path.join(where, f'{os.getpid()}-{name}.txt'))     # finished in time: nothing to keep
+    if os.path.getsize(path) <= len(request.node.nodeid) + 1: os.remove(path)   # finished in time: nothing to keep

@@ -101,23 +101,18 @@ class _Bindings2DCopy:
         if out[0] != self.ok: raise RuntimeError(f'cuMemcpy2DAsync failed with {out[0]!r}')
 
 # %% ../nbs/01_driver.ipynb #6893723b
-def _ctypes_event_record(pfn: int):
-    "`cuEventRecord(event, stream)` through ctypes, keeping the GIL."
+def _ctypes_handle_stream(pfn: int):
+    "`f(handle, stream) -> CUresult` through ctypes, keeping the GIL: the shape of `cuEventRecord` and `cuGraphLaunch`."
     return ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(pfn)
 
-def _bindings_event_record():
-    "`cuEventRecord(event, stream)` through cuda-bindings, on raw handles."
-    E, S = cu.CUevent, cu.CUstream
-    return lambda event, stream: int(cu.cuEventRecord(E(event), S(stream))[0])
+def _bindings_handle_stream(fn, handle_type):
+    "The same through cuda-bindings' `fn`, on raw handles (wrapped in `handle_type` and `CUstream`)."
+    S = cu.CUstream
+    return lambda handle, stream: int(fn(handle_type(handle), S(stream))[0])
 
-def _ctypes_graph_launch(pfn: int):
-    "`cuGraphLaunch(graph_exec, stream)` through ctypes, keeping the GIL."
-    return ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(pfn)
-
-def _bindings_graph_launch():
-    "`cuGraphLaunch(graph_exec, stream)` through cuda-bindings, on raw handles."
-    G, S = cu.CUgraphExec, cu.CUstream
-    return lambda graph_exec, stream: int(cu.cuGraphLaunch(G(graph_exec), S(stream))[0])
+_ctypes_event_record = _ctypes_graph_launch = _ctypes_handle_stream
+def _bindings_event_record(): return _bindings_handle_stream(cu.cuEventRecord, cu.CUevent)
+def _bindings_graph_launch(): return _bindings_handle_stream(cu.cuGraphLaunch, cu.CUgraphExec)
 
 # %% ../nbs/01_driver.ipynb #e2561023
 DRIVER_CALLS = {'batch_copy': 'ctypes', 'copy_2d': 'bindings', 'event_record': 'ctypes', 'graph_launch': 'ctypes'}

@@ -120,22 +120,15 @@ def sanitize(workers: int) -> int:
     t0 = time.time()
     counts, errors, summaries, rcs = dict(passed=0, failed=0, skipped=0), 0, 0, {}
     with tempfile.TemporaryDirectory() as d:
-        todo, running, files, last = list(KERNEL_TESTS), {}, {}, time.time()
-        while todo or running:
-            while todo and len(running) < workers:
-                f = todo.pop(0); stem = Path(f).stem
-                junit, log = Path(d) / f'{stem}.xml', Path(d) / f'{stem}.log'
+        files = {f: (Path(d) / f'{Path(f).stem}.xml', Path(d) / f'{Path(f).stem}.log') for f in KERNEL_TESTS}
+        for i in range(0, len(KERNEL_TESTS), workers):            # `workers` sanitized processes at a time
+            procs = {}
+            for f in KERNEL_TESTS[i:i + workers]:
+                junit, log = files[f]
                 cmd = [*prefix, sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', f'--junitxml={junit}', f]
                 print('$', ' '.join(cmd), flush=True)
-                running[f] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open('w'), stderr=subprocess.STDOUT)
-                files[f] = (junit, log)
-            for f, p in list(running.items()):
-                if p.poll() is not None:
-                    rcs[f] = p.returncode; del running[f]
-                    print(f'  {f}: rc {p.returncode} at {time.time() - t0:.0f} s', flush=True)
-            if running and time.time() - last > 30:
-                print(f'  still running at {time.time() - t0:.0f} s: {", ".join(running)}', flush=True); last = time.time()
-            time.sleep(0.5)
+                procs[f] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open('w'), stderr=subprocess.STDOUT)
+            rcs.update(_wait_all(procs, t0, every=30.0))
         for f, (junit, log) in files.items():
             out = log.read_text(errors='replace')
             c = _counts(junit) if junit.exists() else dict(passed=0, failed=1, skipped=0)
