@@ -109,7 +109,7 @@ with L3Tier(mirror, MooncakeStore({master!r}), ns) as tier:
     m = tier.match(ns.keys(tokens(5, 40))); m.wait(10)
     g = tier.get_tokens(tokens(5, 40), np.arange(12, 22)); g.wait(10)
     mirror.load_pages([(p, 12 + p) for p in range(g.prefix)])            # L3 -> host -> its own device pool
-    dev = [dt[:g.prefix * (dt.shape[0] // pool.num_pages)].contiguous().view(torch.uint8).numpy().tobytes().hex()
+    dev = [dt[:g.prefix * (dt.shape[0] // pool.num_pages)].cpu().contiguous().view(torch.uint8).numpy().tobytes().hex()
            for dt, _ in mirror.tensor_pairs]
     print(json.dumps(dict(matched=m.prefix, prefix=g.prefix, dev=dev)))
 '''
@@ -130,7 +130,7 @@ def test_second_process_matches_and_gets(shared_mooncake):
         assert out[b'another tenant']['matched'] == out[b'another tenant']['prefix'] == 0
         for (dt, _), hexed in zip(mirror.tensor_pairs, out[b'tenant']['dev']):   # its device KV = ours
             span = dt.shape[0] // pool.num_pages
-            assert bytes.fromhex(hexed) == dt[2 * span:8 * span].contiguous().view(torch.uint8).numpy().tobytes()
+            assert bytes.fromhex(hexed) == dt[2 * span:8 * span].cpu().contiguous().view(torch.uint8).numpy().tobytes()
 
 
 def test_tenants_layouts_ranks_models_isolated(shared_mooncake):

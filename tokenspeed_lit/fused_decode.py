@@ -567,21 +567,34 @@ _INT32_SAFE = tuple(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.int8
 _ROW_IDS = np.arange(2**16, dtype=np.int32)     # request indices for the duplicate check (max_bs is far below)
 
 # %% ../nbs/13_fused_decode.ipynb #0a1e9284
+_BUILTIN_ROWS = 128     # batches up to this size are checked with Python's builtins, larger ones with numpy
+
 @patch
 def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_pool_indices'):
-    "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice (vectorised)."
+    "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice."
     if not batch: return
     at = self.layout['pool']
-    rows = self._u32[slot][at:at + batch].astype(np.intp)   # unsigned: a negative index reads as a huge one
-    ids, seen = _ROW_IDS[:batch], self._seen                 # seen: one entry per pool row
-    try: seen[rows] = ids                 # the range check too: a row outside [0, num_pool) cannot be written
-    except IndexError:
-        v = self._np[slot][at:at + batch]
-        raise ValueError(f'{name} holds {v[(v < 0) | (v >= self.num_pool)][0]}, outside the pool [0, {self.num_pool})') from None
-    if batch > 1 and (seen[rows] != ids).any():   # a row named twice kept the later request's number
-        i = int(np.flatnonzero(seen[rows] != ids)[0])
-        raise ValueError(f'{name} holds pool row {int(rows[i])} twice (requests {i} and {int(seen[rows[i]])}): '
-                         f'two requests cannot share a pool row')
+    if batch <= _BUILTIN_ROWS:
+        rows = self._np[slot][at:at + batch].tolist()
+        if min(rows) >= 0 and max(rows) < self.num_pool and len(set(rows)) == batch: return
+    else:
+        rows = self._u32[slot][at:at + batch].astype(np.intp)   # unsigned: a negative index reads as a huge one
+        ids, seen = _ROW_IDS[:batch], self._seen                 # seen: one entry per pool row
+        try:
+            seen[rows] = ids               # the range check too: a row outside [0, num_pool) cannot be written
+            if not (seen[rows] != ids).any(): return              # a row named twice kept the later request's number
+        except IndexError: pass
+    _pool_error(self._np[slot][at:at + batch], self.num_pool, name)
+
+def _pool_error(rows: np.ndarray, num_pool: int, name: str):
+    "Raise the `ValueError` for pool indices that failed `check_pools`: the first value out of range, or the first pair."
+    bad = rows[(rows < 0) | (rows >= num_pool)]
+    if len(bad): raise ValueError(f'{name} holds {bad[0]}, outside the pool [0, {num_pool})')
+    first = {}
+    for i, r in enumerate(rows.tolist()):
+        if r in first:
+            raise ValueError(f'{name} holds pool row {r} twice (requests {first[r]} and {i}): two requests cannot share a pool row')
+        first[r] = i
 
 # %% ../nbs/13_fused_decode.ipynb #72d8e2fa
 @patch

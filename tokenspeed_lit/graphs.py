@@ -45,11 +45,13 @@ def capture(fn: Callable[[], object], device=None, warmup: int = 2, direct: bool
         for _ in range(warmup): fn()   # compile kernels and settle allocations before capture
     torch.cuda.current_stream(device).wait_stream(side)
     g = torch.cuda.CUDAGraph()
-    gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()   # a collection during capture may free CUDA objects (events, pinned memory): fatal mid-capture
     try:
-        with torch.cuda.graph(g): fn()
+        with torch.cuda.stream(side):   # not `torch.cuda.graph` (why: above)
+            g.capture_begin()
+            try: fn()
+            finally: g.capture_end()
     finally:
         if was_enabled: gc.enable()
     launch = graph_launch_fn() if direct and hasattr(g, 'raw_cuda_graph_exec') else None
