@@ -18,5 +18,6 @@ def test_bench_l3_tiny(tmp_path):
     for r in res['rows']:
         assert {'tier_GBps', 'raw_GBps', 'caller_us', 'match_us_per_key', 'pages'} <= set(r)
         assert r['tier_GBps'] > 0 and r['raw_GBps'] > 0 and r['caller_us'] > 0 and r['match_us_per_key'] > 0
+        assert r['caller_us_hot'] > 0 and r['caller_us_in_loop'] > 0
     assert [p['page_size'] for p in res['pipelined']] == [2, 4]
     for p in res['pipelined']: assert p['l3_get_ms'] > 0 and p['h2d_ms'] > 0 and p['total_ms'] > 0

@@ -398,3 +398,26 @@ def test_a_staged_decode_step_fills_what_the_list_step_fills(B, W, with_override
                     [t.cpu() for t in (rs.future_input_map, rs.remote_spec_candidate_ready)]))
     for k, v in out[0][0].items(): assert torch.equal(v, out[1][0][k]), k
     for a, b in zip(out[0][1], out[1][1]): assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('B', [3, 129])          # both ways of finding an override: builtins, and numpy above 128 rows
+@pytest.mark.parametrize('one_set', [False, True])
+def test_a_staged_step_reports_its_overrides_on_both_paths(B, one_set):
+    "fill_staged_decode says whether a staged row overrides its input id, and fills what the list step fills."
+    ovr = [-1] * B
+    if one_set: ovr[B // 2] = 17
+    out = []
+    for staged in (False, True):
+        rs, table = make_states(5, B + 2, 1, 100)
+        ib = InputBuffers(B + 1, B + 1, 4, dummy_kv_slot=0, state_write_padding_pool_index=B + 1, device=DEV).poison_(-7)
+        ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)
+        if staged:
+            sl = ib.decode_slot()
+            sl.req_pool_indices[:B] = range(1, B + 1)
+            sl.decode_input_ids[:B] = ovr
+            got = ib.fill_staged_decode(sl, B, rs, table, overrides=True)
+        else: got = ib.fill_input_buffers(ForwardOp(list(range(B)), list(range(1, B + 1)), [1] * B, decode_input_ids=ovr), rs, table, B)
+        synchronize(DEV)
+        out.append((bool(got), {k: v.cpu() for k, v in ib.snapshot().items()}))
+    assert out[0][0] == out[1][0] == one_set
+    for k, v in out[0][1].items(): assert torch.equal(v, out[1][1][k]), k

@@ -781,7 +781,10 @@ def issue_staged_decode(self: FusedDecodeStep, staged: StagingSlot, batch: int, 
     if mamba and not self.buffers.has_mamba: raise ValueError('mamba given but the buffers have no Mamba buffers')
     s, self._staged_slot = staged.slot, None
     self.check_pools(s, batch, 'req_pool_indices')
-    has = bool(overrides) and batch > 0 and bool((staged.decode_input_ids[:batch] != -1).any())
+    has = False
+    if overrides and batch:                # any override (not -1)? builtins up to _BUILTIN_ROWS, as check_pools
+        ids = staged.decode_input_ids[:batch]
+        has = ids.tolist().count(-1) != batch if batch <= _BUILTIN_ROWS else bool((ids != -1).any())
     L = uniform_input_length
     self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, bool(mamba))
     if device_checks_enabled(): self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
