@@ -149,3 +149,18 @@ def test_bad_ranks_from_the_environment_is_a_usage_error():
                        env={**ENV, 'RANKS': '0'}, timeout=120)
     assert r.returncode == 2 and 'argument --ranks: must be an integer in [1, 64], got 0' in r.stderr
     assert 'all checks passed' not in r.stdout
+
+
+def test_the_parts_of_a_step_are_timed_inside_it():
+    "With repeat_prep, every other step times the calls inside its preparation; the parts fit inside the whole."
+    from tokenspeed_lit.demo import DemoConfig, serve, _PARTS, _MIXED_PARTS
+    st = serve(DemoConfig.for_device(requests=6, repeat_prep=True, max_steps=60), progress=False)
+    for whole, parts, prefix in (('prep_parts_fill_us', _PARTS, 'prep_part_'),
+                                 ('prep_parts_mixed_us', _MIXED_PARTS, 'prep_mixed_part_')):
+        assert st[whole], whole
+        for i, total in enumerate(st[whole]):
+            got = [st[f'{prefix}{p}_us'][i] for p in parts]
+            assert min(got) >= 0 and sum(got) <= total, (whole, i, dict(zip(parts, got)), total)
+            assert got[parts.index('launch')] > 0 and got[parts.index('check_pools')] > 0
+    n_mixed = st['mixed_steps'] + st['prefill_steps']
+    assert len(st['prep_parts_mixed_us']) + len(st['prep_us']) == n_mixed      # each such step timed one way

@@ -8,6 +8,7 @@ import argparse, contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, j
 import socket, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 import torch
+from typing import Callable
 from fastcore.basics import patch
 from .device import default_device, as_device, is_accel, triton_interpreted
 from .streams import synchronize, new_stream
@@ -15,6 +16,7 @@ from .graphs import capture
 from .ranks import dist_init, dist_all_reduce, dist_close
 from .padding import pick_capture_size, PAD_TOKEN_ID
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
+from . import input_buffers as _input_buffers   # the demo times calls inside it
 from .positions import compute_out_cache_loc_groups
 from .page_tables import DraftPageTable, expand_page_table_ref
 from .kv_pool import PagedKVPool
@@ -574,22 +576,28 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
 
 # %% ../nbs/31_demo.ipynb #a55c6708
 _PARTS = ('is_bound_to', 'check_decode', 'check_pools', 'header', 'launch')   # the calls fill_staged_decode makes
+# the calls a step with prefill rows makes inside fill_input_buffers (the rest is _fill_mixed's own list checks)
+_MIXED_PARTS = ('check_step', 'acquire', 'pack', 'check_pools', 'header', 'launch', 'positions_and_slots')
 _PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_decode_slot_us',
-         'prep_decode_write_us', 'prep_decode_fill_us', 'prep_parts_fill_us',
-         *(f'prep_part_{p}_us' for p in _PARTS))     # per-step host times (us), reduced to medians
+         'prep_decode_write_us', 'prep_decode_fill_us', 'prep_parts_fill_us', 'prep_parts_mixed_us',
+         *(f'prep_part_{p}_us' for p in _PARTS),
+         *(f'prep_mixed_part_{p}_us' for p in _MIXED_PARTS))     # per-step host times (us), reduced to medians
 
-def _time_parts(step) -> dict:
-    "Shadow the step's own calls in `_PARTS` with timing wrappers (instance attributes); their seconds land in the dict."
-    got = {}
-    for name in _PARTS:
-        def timed(*a, _f=getattr(step, name), _n=name, **k):
-            t0 = time.perf_counter(); r = _f(*a, **k); got[_n] = got.get(_n, 0.0) + time.perf_counter() - t0
+def _time_calls(targets) -> tuple[dict, Callable]:
+    "Shadow each `(owner, attribute, part)` with a timing wrapper; returns part -> seconds, and the undo."
+    got, undo = {}, []
+    for owner, attr, part in targets:
+        f, own = getattr(owner, attr), attr in vars(owner)    # own: a module's function (an instance's are patched)
+        def timed(*a, _f=f, _p=part, **k):
+            t0 = time.perf_counter(); r = _f(*a, **k); got[_p] = got.get(_p, 0.0) + time.perf_counter() - t0
             return r
-        setattr(step, name, timed)
-    return got
-
-def _untime_parts(step):
-    for name in _PARTS: step.__dict__.pop(name, None)
+        setattr(owner, attr, timed)
+        undo.append((owner, attr, f if own else None))
+    def restore():
+        for owner, attr, f in undo:
+            if f is None: vars(owner).pop(attr, None)
+            else: setattr(owner, attr, f)
+    return got, restore
 
 @patch
 def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool):
@@ -598,7 +606,7 @@ def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool
     bufs, states, table = self.bufs, self.states, self.batch_table
     # Every other decode step times fill_staged_decode's own calls instead (wrappers cost a little: not in the medians)
     parts = self.cfg.repeat_prep and len(st['prep_decode_us']) > len(st['prep_parts_fill_us'])
-    got = _time_parts(bufs.step) if parts else None
+    got, restore = _time_calls([(bufs.step, n, n) for n in _PARTS]) if parts else (None, None)
     self.in_prep = True
     t0 = clk(); sl = bufs.decode_slot(); t1 = clk()
     sl.req_pool_indices[:batch] = pools
@@ -608,7 +616,7 @@ def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool
     t3 = clk()
     self.in_prep = False
     if got is not None:
-        _untime_parts(bufs.step)
+        restore()
         st['prep_parts_fill_us'].append(1e6 * (t3 - t2))
         for p in _PARTS: st[f'prep_part_{p}_us'].append(1e6 * got.get(p, 0.0))
     else:
@@ -624,12 +632,23 @@ def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool
 def _prep_mixed(self: Scheduler, op: ForwardOp, total: int):
     "A prefill or mixed step through `fill_input_buffers`, timed (and, on steps without overrides, repeated at once)."
     fill = lambda: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
+    st, step = self.stats, self.bufs.step
+    # Every other such step times the calls inside instead (not in the medians), as for decode steps
+    parts = self.cfg.repeat_prep and len(st['prep_us']) > len(st['prep_parts_mixed_us'])
+    if parts:
+        got, restore = _time_calls([(self.bufs, '_check_step', 'check_step'), *((step, n, n) for n in _MIXED_PARTS[1:6]),
+                                    (_input_buffers, 'launch_positions_and_slots', 'positions_and_slots')])
     self.in_prep = True
     t0 = time.perf_counter(); fill(); t1 = time.perf_counter()
     self.in_prep = False
-    self.stats['prep_us'].append(1e6 * (t1 - t0))
+    if parts:
+        restore()
+        st['prep_parts_mixed_us'].append(1e6 * (t1 - t0))
+        for p in _MIXED_PARTS: st[f'prep_mixed_part_{p}_us'].append(1e6 * got.get(p, 0.0))
+        return
+    st['prep_us'].append(1e6 * (t1 - t0))
     if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
-        t0 = time.perf_counter(); fill(); self.stats['prep_repeat_us'].append(1e6 * (time.perf_counter() - t0))
+        t0 = time.perf_counter(); fill(); st['prep_repeat_us'].append(1e6 * (time.perf_counter() - t0))
 
 # %% ../nbs/31_demo.ipynb #d0601b9d
 @patch
@@ -811,6 +830,9 @@ def report(stats: dict) -> str:
         *([f"fill_staged_decode   its own calls (median over {stats['prep_parts_fill_us_n']} other decode steps, timed "
            f"inside): " + ', '.join(f"{p} {med(f'prep_part_{p}_us'):.0f}" for p in _PARTS) +
            f" us, of {med('prep_parts_fill_us'):.0f} us"] if stats.get('prep_parts_fill_us_n') else []),
+        *([f"fill_input_buffers   its calls on a step with prefill rows (median over {stats['prep_parts_mixed_us_n']} "
+           f"other such steps): " + ', '.join(f"{p} {med(f'prep_mixed_part_{p}_us'):.0f}" for p in _MIXED_PARTS) +
+           f" us, of {med('prep_parts_mixed_us'):.0f} us"] if stats.get('prep_parts_mixed_us_n') else []),
         f"garbage collector    {stats.get('gc_gen0', 0)} gen-0 collections during the run, "
         f"{stats.get('gc_in_prep', 0)} inside a step's input preparation",
         f"checks passed        {stats['checks']}"])
@@ -1165,6 +1187,9 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                                              **{f'{p}_us': us(f'prep_part_{p}_us') for p in _PARTS}),
                            mixed=dict(steps=s.get('prep_us_n'), fill_input_buffers_us=us('prep_us'),
                                       hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),
+                           mixed_calls=dict(steps=s.get('prep_parts_mixed_us_n'),
+                                            fill_input_buffers_us=us('prep_parts_mixed_us'),
+                                            **{f'{p}_us': us(f'prep_mixed_part_{p}_us') for p in _MIXED_PARTS}),
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
                 steps={k: s.get(k) for k in ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps',
                                              'tokens', 'finished')},
