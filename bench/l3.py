@@ -36,7 +36,7 @@ from tokenspeed_lit.kv_pool import PagedKVPool  # noqa: E402
 from tokenspeed_lit.host_mirror import FlatHostMirror  # noqa: E402
 from tokenspeed_lit.l3_keys import L3Namespace  # noqa: E402
 from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, code_name  # noqa: E402
-from bench.serving_loop import _Req  # noqa: E402  (the serving-loop benchmark's request objects)
+from bench.serving_loop import _Req, _scheduler_pass  # noqa: E402  (the serving-loop benchmark's scheduler)
 
 FULL = dict(page_sizes=(16, 64), pages=1024, layers=32, heads=8, head_dim=128, caller_pages=256, chunk_pages=32)
 TINY = dict(page_sizes=(2, 4), pages=24, layers=2, heads=2, head_dim=8, caller_pages=8, chunk_pages=4)
@@ -62,9 +62,14 @@ _REQS = [_Req(i) for i in range(4000)]
 
 def scheduler_pass(k: int):
     "What an engine's scheduler runs before it calls the tier: Python over its 4000 requests (bench.serving_loop's)."
-    live = [r for r in _REQS if r.running]
-    for r in live: r.prio = (r.cache_len * 31 + k) % 997; r.cache_len += 1
-    live.sort(key=lambda r: r.prio)
+    _scheduler_pass(_REQS, k)
+
+
+def settle():
+    "Let the tier's threads go idle (2 ms), then spin 0.5 ms so that the caller's core is awake."
+    time.sleep(0.002)
+    end = time.perf_counter() + 0.0005
+    while time.perf_counter() < end: pass
 
 
 def timed(f):
@@ -152,11 +157,7 @@ def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk
             caller = {'put': [], 'get': []}
             # An engine calls between steps, not back to back: let the tier's threads go idle before each timed call
             # (else the caller's time includes waiting for the GIL that a worker finishing the last call holds), then
-            # spin a little so that the caller's core is awake and warm, as it is in a serving loop.
-            def settle():
-                time.sleep(0.002)
-                end = time.perf_counter() + 0.0005
-                while time.perf_counter() < end: pass
+            # spin a little so that the caller's core is awake and warm, as it is in a serving loop (`settle`).
             # Also back to back ('hot': the next call right after the last one was released), the other extreme.
             # Both come straight out of a blocking wait for the last call (100 ms with Mooncake), and the first call
             # after a long wait pays for it whatever the store: on the CI's CPU a store that only sleeps as long as

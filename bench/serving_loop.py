@@ -22,11 +22,15 @@ class _Req:
     __slots__ = ('uid', 'running', 'cache_len', 'prio')
     def __init__(self, uid): self.uid, self.running, self.cache_len, self.prio = uid, uid % 3 != 0, uid % 977, 0
 
-def _between_steps(reqs, k: int, logits, x, y, products: int):
-    "A scheduler's Python over `reqs`, a sampler's small ops on `logits`, `products` matrix products queued on `x`."
+def _scheduler_pass(reqs, k: int):
+    "A scheduler's Python over `reqs`: pick the running ones, reprioritise and sort them (also `bench/l3.py`'s)."
     live = [r for r in reqs if r.running]
     for r in live: r.prio = (r.cache_len * 31 + k) % 997; r.cache_len += 1
     live.sort(key=lambda r: r.prio)
+
+def _between_steps(reqs, k: int, logits, x, y, products: int):
+    "The scheduler's pass over `reqs`, a sampler's small ops on `logits`, `products` matrix products queued on `x`."
+    _scheduler_pass(reqs, k)
     tok = logits.argmax(-1); torch.softmax(logits[:, :256], -1); logits.add_(1e-3)
     for _ in range(products): torch.mm(x, x, out=y)
     return tok

@@ -20,7 +20,7 @@ from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
 from tokenspeed_lit.l3_keys import L3Namespace
 from tokenspeed_lit.l3 import L3Tier, L3Handle, LocalMooncake, MooncakeStore
-from bench.serving_loop import _Req
+from bench.l3 import scheduler_pass, settle     # the benchmark's own: a scheduler's pass, and 2 ms idle
 
 
 class Null:
@@ -37,20 +37,6 @@ class Sleep(Null):
     def __init__(self, seconds): self.seconds = seconds
     def batch_get_into(self, k, b, o, s): time.sleep(self.seconds); return list(s)
     def batch_put_from(self, k, b, o, s): time.sleep(self.seconds); return [0] * len(k)
-
-
-REQS = [_Req(i) for i in range(4000)]
-
-def scheduler_pass(k):
-    live = [r for r in REQS if r.running]
-    for r in live: r.prio = (r.cache_len * 31 + k) % 997; r.cache_len += 1
-    live.sort(key=lambda r: r.prio)
-
-
-def settle():
-    time.sleep(0.002)
-    end = time.perf_counter() + 0.0005
-    while time.perf_counter() < end: pass
 
 
 def profile(name, tier, keys, plain, src, dst, iters):
