@@ -98,6 +98,65 @@ def test_random_page_sets_match_and_get(shared_mooncake, data):
         for i in range(g.prefix): assert torch.equal(mirror.host_pages[dst[i]], mirror.host_pages[src[i]])
 
 
+_HOLDS = {}        # master -> (keys, tier): one tier for every example (a Mooncake client takes seconds to set up)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_holds_follow_a_plain_model(shared_mooncake, data):
+    """Puts and gets on random host pages, held while in flight: which calls raise 'still held', which pages `held`
+    reports, before and after each call completes (some with answers that quarantine pages), against a plain model
+    (a get holds its pages alone; puts may share theirs, each holding until it returns; a quarantined page stays
+    held the way its call held it). A tier with no workers keeps every call queued until the test completes it, the
+    oldest first, the way a worker would."""
+    if shared_mooncake.master not in _HOLDS:
+        _, mirror, ns = engine('per-layer', seed=3, host_pages=12)
+        _HOLDS.clear()
+        _HOLDS[shared_mooncake.master] = ns.keys(tokens(9, 4 * 12)), L3Tier(mirror, MooncakeStore(shared_mooncake.master), ns, workers=0)
+    keys, tier = _HOLDS[shared_mooncake.master]
+    tier.batch_pages = data.draw(st.integers(1, 4))
+    live, quarantined = [], {}                           # (op, pages, handle) queued in order; page -> op
+    def held_model():
+        return {p for _, pages, _ in live for p in pages} | set(quarantined)
+    def complete(op, pages, h, unsafe=()):               # every batch of the oldest call, in order, as a worker would
+        with tier._cv:
+            while tier._queue and tier._queue[0] is h:
+                b = tier._next_batch()
+                codes = [l3.TRANSFER_FAIL if pages[i] in unsafe else OK for i in range(b.lo, b.hi)]
+                tier._report(b, codes); b.state = l3.RETURNED; tier._release(b, codes)
+        assert h.done and h.released == (not unsafe) and sorted(h.held_pages.tolist()) == sorted(unsafe)
+    try:
+        for _ in range(data.draw(st.integers(1, 14))):
+            if live and data.draw(st.booleans()):
+                op, pages, h = live.pop(0)
+                unsafe = set(data.draw(st.lists(st.sampled_from(pages), max_size=2))) if data.draw(st.booleans()) else set()
+                complete(op, pages, h, unsafe)
+                quarantined.update({p: op for p in unsafe})
+            else:
+                op = data.draw(st.sampled_from(['put', 'get']))
+                pages = data.draw(st.lists(st.integers(0, 11), min_size=1, max_size=5, unique=True))
+                held_by = [(o, p) for o, ps, _ in live for p in ps] + [(o, p) for p, o in quarantined.items()]
+                busy = {p for o, p in held_by if op == 'get' or o == 'get'}    # puts may share with puts
+                call = (lambda: tier.put(np.array(pages), keys[:len(pages)])) if op == 'put' else \
+                       (lambda: tier.get(keys[:len(pages)], np.array(pages)))
+                if busy & set(pages):
+                    with pytest.raises(ValueError, match='still held'): call()
+                else:
+                    h = call(); assert not h.done and sorted(h.held_pages.tolist()) == sorted(pages)
+                    live.append((op, pages, h))
+            assert set(np.flatnonzero(tier.held()).tolist()) == held_model()
+        assert tier.release_quarantine() == sorted(quarantined)
+        quarantined.clear()
+        assert set(np.flatnonzero(tier.held()).tolist()) == held_model()
+    finally:                                              # leave the tier empty for the next example
+        with tier._cv:
+            while tier._queue:
+                b = tier._next_batch(); codes = [OK] * (b.hi - b.lo)
+                tier._report(b, codes); b.state = l3.RETURNED; tier._release(b, codes)
+        tier.release_quarantine()
+    assert not tier.held().any() and not tier._queue
+
+
 SECOND = '''
 import sys, json, numpy as np, torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})

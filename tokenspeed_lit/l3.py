@@ -5,7 +5,7 @@
 # %% ../nbs/24_l3.ipynb #8cd938a5
 from __future__ import annotations
 import atexit, ctypes, importlib.util, json, os, select, shutil, signal, socket, subprocess, sys, tempfile, threading, time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 import numpy as np
@@ -16,7 +16,7 @@ from .l3_keys import L3Keys, L3Namespace, layout_fingerprint
 # %% auto #0
 __all__ = ['OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY', 'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL', 'RPC_FAIL',
            'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN', 'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES', 'SAFE_CODES',
-           'DOWN_CODES', 'INSTALL_HINT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'WRITER', 'code_name', 'L3Store',
+           'DOWN_CODES', 'INSTALL_HINT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'code_name', 'L3Store',
            'mooncake_available', 'check_master', 'MooncakeStore', 'mooncake_master_path', 'free_port', 'serve_segment',
            'LocalMooncake', 'L3Handle', 'L3Tier']
 
@@ -280,15 +280,15 @@ class L3Handle:
     "One put, get or match in flight: per-page result codes, and which host pages the store may still touch."
     def __init__(self, tier: L3Tier, op: str, keys: list[str], host_pages: np.ndarray | None):
         self.op, self.keys, self.host_pages, self._cv = op, keys, host_pages, tier._cv
-        self.n = len(keys)
-        self._codes = np.full(self.n, PENDING, np.int32)
-        self._held = np.zeros(self.n if host_pages is not None else 0, bool)
-        self._pending, self._cut = 0, self.n        # batches not reported yet; match: first miss found so far
+        self.n = n = len(keys)
+        self._codes = None                   # per-page codes: made by the first report (None: all PENDING)
+        self._nheld, self._held = 0, None    # pages still held; which ones (None while all n are, or none)
+        self._pending, self._cut, self._next = 0, n, 0   # batches not reported; match: first miss; next page to batch
         self.submitted, self.finished = time.monotonic(), None
 
     def __repr__(self):
         state = 'done' if self.done else 'pending'
-        return f'L3Handle({self.op}, {self.n} pages, {state}, {int(self.ok.sum())} ok, {int(self._held.sum())} held)'
+        return f'L3Handle({self.op}, {self.n} pages, {state}, {int(self.ok.sum())} ok, {self._nheld} held)'
 
 # %% ../nbs/24_l3.ipynb #f988b1cd
 @patch(as_prop=True)
@@ -300,30 +300,32 @@ def wait(self: L3Handle, timeout: float | None = None) -> bool:
 @patch(as_prop=True)
 def codes(self: L3Handle) -> np.ndarray:
     "Per-page result codes (a copy): 0 success, `PENDING` not decided yet, negative a failure (see `code_name`)."
-    return self._codes.copy()
+    c = self._codes
+    return np.full(self.n, PENDING, np.int32) if c is None else c.copy()
 @patch(as_prop=True)
 def ok(self: L3Handle) -> np.ndarray:
     "Per page: stored (put), loaded (get) or present (match)."
-    return self._codes == OK
+    return self.codes == OK
 @patch(as_prop=True)
 def prefix(self: L3Handle) -> int:
     "How many leading pages succeeded: for a match the pages present, for a get the prefix loaded."
-    bad = np.flatnonzero(self._codes != OK)
+    bad = np.flatnonzero(self.codes != OK)
     return int(bad[0]) if len(bad) else self.n
 @patch(as_prop=True)
 def held_pages(self: L3Handle) -> np.ndarray:
     "Host pages the store may still read (put) or write (get): not free for reuse yet."
-    return self.host_pages[self._held] if self.host_pages is not None else np.empty(0, np.int64)
+    with self._cv:
+        if not self._nheld: return np.empty(0, np.int64)
+        return self.host_pages.copy() if self._held is None else self.host_pages[self._held]
 @patch(as_prop=True)
-def released(self: L3Handle) -> bool: return not self._held.any()
+def released(self: L3Handle) -> bool: return self._nheld == 0
 @patch
 def wait_released(self: L3Handle, timeout: float | None = None) -> bool:
     "Block until the store has returned from every request of this call (or `timeout` passes)."
-    with self._cv: return self._cv.wait_for(lambda: not self._held.any(), timeout)
+    with self._cv: return self._cv.wait_for(lambda: self._nheld == 0, timeout)
 
 # %% ../nbs/24_l3.ipynb #75be2f17
 QUEUED, RUNNING, ABANDONED, RETURNED = 'queued', 'running', 'abandoned', 'returned'
-WRITER = 1 << 24     # a get's hold on a host page, in the tier's one counter per page (a put's is 1)
 
 class _Batch:
     __slots__ = ('handle', 'lo', 'hi', 'state', 'deadline', 'probe')
@@ -351,8 +353,9 @@ class L3Tier:
         self._lock = threading.Lock()          # one lock; waiters on handles, workers and the watchdog each have a condition
         self._cv, self._work_cv, self._watch_cv = (threading.Condition(self._lock) for _ in range(3))
         self._queue, self._running = deque(), set()
-        self._holds = np.zeros(self.num_host_pages, np.int32)   # per host page: puts reading it + WRITER x gets writing it
-        self._quarantine: set[int] = set()
+        self._writing, self._reading = set(), set()   # host pages a get writes, host pages one put or more reads
+        self._more_readers = Counter()                 # host page -> puts reading it beyond the first (rare)
+        self._quarantine: list[tuple[str, int]] = []   # (op, host page): holds kept after an unsafe answer
         self._queued = self._idle = 0
         self._down, self._next_probe, self._closed = False, 0.0, False
         self.stats = dict(calls=0, pages_ok=0, refused=0, down_refused=0, timeouts=0, late=0, trips=0, recoveries=0)
@@ -363,26 +366,39 @@ class L3Tier:
 
     def __repr__(self):
         return (f'L3Tier({self.num_host_pages} host pages of {self.page_bytes} bytes, {self.store!r}, '
-                f'{"down" if self._down else "up"}, {len(self._queue)} batches queued)')
+                f'{"down" if self._down else "up"}, {self._queued} pages queued)')
 
 # %% ../nbs/24_l3.ipynb #13c0f4f2
 @patch
-def _check_pages(self: L3Tier, host_pages) -> np.ndarray:
-    "`host_pages` as distinct int64 host page ids in range; ValueError/TypeError naming the first bad one."
+def _as_pages(self: L3Tier, host_pages) -> np.ndarray:
+    "`host_pages` (an array, a tensor on the host or a list of ints) as a 1-D int64 array; TypeError/ValueError otherwise."
     if isinstance(host_pages, torch.Tensor):
         if host_pages.device.type != 'cpu': raise ValueError('host_pages must be on the host')
         host_pages = host_pages.numpy()
     p = np.asarray(host_pages)
     if p.size == 0: return np.empty(0, np.int64)
     if p.ndim != 1 or p.dtype.kind not in 'iu': raise TypeError(f'host_pages must be 1-D integers, got {p.dtype} {p.shape}')
-    p = p.astype(np.int64, copy=False)
-    s = np.sort(p)                                   # one sort: smallest, largest and neighbours
-    if s[0] < 0 or s[-1] >= self.num_host_pages:
-        i = int(np.flatnonzero((p < 0) | (p >= self.num_host_pages))[0])
-        raise ValueError(f'host_pages[{i}] = {int(p[i])} out of range [0, {self.num_host_pages})')
-    if len(s) > 1 and (s[1:] == s[:-1]).any():
-        raise ValueError(f'host_pages: page {int(s[1:][s[1:] == s[:-1]][0])} appears twice')
-    return p
+    return p.astype(np.int64, copy=False)
+
+@patch
+def _page_set(self: L3Tier, host_pages) -> tuple[np.ndarray, set]:
+    "`host_pages` as distinct int64 host page ids in range, and as a set; ValueError/TypeError naming the first bad one."
+    p = host_pages
+    if type(p) is not np.ndarray or p.dtype != np.int64 or p.ndim != 1: p = self._as_pages(p)
+    l, n = p.tolist(), self.num_host_pages
+    s = set(l)
+    if not l or (len(s) == len(l) and min(l) >= 0 and max(l) < n): return p, s
+    seen = set()                                     # something is wrong: find the first bad page for the message
+    for i, x in enumerate(l):
+        if not 0 <= x < n: raise ValueError(f'host_pages[{i}] = {x} out of range [0, {n})')
+    for x in l:
+        if x in seen: raise ValueError(f'host_pages: page {x} appears twice')
+        seen.add(x)
+
+@patch
+def _check_pages(self: L3Tier, host_pages) -> np.ndarray:
+    "`host_pages` as distinct int64 host page ids in range; ValueError/TypeError naming the first bad one."
+    return self._page_set(host_pages)[0]
 
 # %% ../nbs/24_l3.ipynb #3e7467df
 @patch
@@ -405,39 +421,42 @@ def _check_keys(self: L3Tier, keys, n: int | None) -> list[str]:
 
 # %% ../nbs/24_l3.ipynb #271db847
 @patch
-def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None) -> L3Handle:
+def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None, s: set | None = None) -> L3Handle:
+    "Admit or refuse one checked call (`s`: `pages` as a set); the lock is taken once."
     h, n = L3Handle(self, op, keys, pages), len(keys)
     if n > self.max_queued_pages: raise ValueError(f'a call of {n} pages exceeds max_queued_pages={self.max_queued_pages}')
     with self._cv:
         if self._closed: raise RuntimeError('the L3 tier is closed')
         self.stats['calls'] += 1
-        if pages is not None:
-            holds = self._holds[pages]
-            busy = holds >= WRITER if op == 'put' else holds != 0     # a put may share its pages with other puts
-            if busy.any(): raise ValueError(f'host page {int(pages[busy][0])} is still held by an earlier L3 call')
         if n == 0: return h
+        if pages is not None and not (s.isdisjoint(self._writing) and (op == 'put' or s.isdisjoint(self._reading))):
+            busy = next(p for p in pages.tolist() if p in self._writing or (op == 'get' and p in self._reading))
+            raise ValueError(f'host page {busy} is still held by an earlier L3 call')     # a put may share with puts
         if self._down:
             now = time.monotonic()
             if now < self._next_probe or self._idle == 0:
-                self.stats['down_refused'] += 1; h._codes[:] = DOWN; return h
+                self.stats['down_refused'] += 1; h._codes = np.full(n, DOWN, np.int32); return h
         if self._queued + n > self.max_queued_pages:
-            self.stats['refused'] += 1; h._codes[:] = REFUSED; return h
+            self.stats['refused'] += 1; h._codes = np.full(n, REFUSED, np.int32); return h
         if self._down: self._next_probe = now + self.probe_interval_s     # this call probes the store
         if pages is not None:
-            self._holds[pages] += 1 if op == 'put' else WRITER
-            h._held[:] = True
-        bs = self.batch_pages
-        self._queue.extend([_Batch(h, lo, min(lo + bs, n)) for lo in range(0, n, bs)])
-        h._pending, self._queued = -(-n // bs), self._queued + n
-        self._work_cv.notify(h._pending)
+            if op == 'get': self._writing.update(s)
+            else:
+                again = s.intersection(self._reading)     # pages another put still reads: counted beyond the first
+                if again: self._more_readers.update(again)
+                self._reading.update(s)
+            h._nheld = n
+        h._pending, self._queued = -(-n // self.batch_pages), self._queued + n
+        self._queue.append(h)
+        self._work_cv.notify()                         # one worker: it wakes the next if more is queued
     return h
 
 # %% ../nbs/24_l3.ipynb #5b5de287
 @patch
 def put(self: L3Tier, host_pages, keys) -> L3Handle:
     "Store host page `host_pages[i]` under `keys[i]`, off this thread; the handle reports per page stored or not."
-    pages = self._check_pages(host_pages)
-    return self._submit('put', self._check_keys(keys, len(pages)), pages)
+    pages, s = self._page_set(host_pages)
+    return self._submit('put', self._check_keys(keys, len(pages)), pages, s)
 
 @patch
 def match(self: L3Tier, keys) -> L3Handle:
@@ -447,8 +466,8 @@ def match(self: L3Tier, keys) -> L3Handle:
 @patch
 def get(self: L3Tier, keys, host_pages) -> L3Handle:
     "Fill host page `host_pages[i]` with the object `keys[i]`; a page is reported loaded only if all of it arrived."
-    pages = self._check_pages(host_pages)
-    return self._submit('get', self._check_keys(keys, len(pages)), pages)
+    pages, s = self._page_set(host_pages)
+    return self._submit('get', self._check_keys(keys, len(pages)), pages, s)
 
 # %% ../nbs/24_l3.ipynb #08a5f26a
 @patch
@@ -476,33 +495,55 @@ def _report(self: L3Tier, b: _Batch, codes) -> None:
     "Give the pages of `b` their final codes (lock held); a no-op for a batch already reported."
     h = b.handle
     if b.state in (ABANDONED, RETURNED): return
-    h._codes[b.lo:b.hi] = codes
-    if h.op == 'match' and (h._codes[b.lo:b.hi] != OK).any():
-        h._cut = min(h._cut, b.lo + int(np.flatnonzero(h._codes[b.lo:b.hi] != OK)[0]))
-    self.stats['pages_ok'] += int((h._codes[b.lo:b.hi] == OK).sum())
+    if h._codes is None: h._codes = np.full(h.n, PENDING, np.int32)
+    c = h._codes[b.lo:b.hi]; c[:] = codes
+    if h.op == 'match' and (c != OK).any(): h._cut = min(h._cut, b.lo + int(np.flatnonzero(c != OK)[0]))
+    self.stats['pages_ok'] += int((c == OK).sum())
     h._pending -= 1
     if h._pending == 0: h.finished = time.monotonic()
+
+@patch
+def _drop(self: L3Tier, op: str, pages: list[int]) -> None:
+    "Drop one hold of a call `op` on each of `pages` (lock held): a get's, or one of the puts reading a page."
+    if op == 'get': self._writing.difference_update(pages)
+    elif not self._more_readers: self._reading.difference_update(pages)
+    else:
+        more = self._more_readers
+        for p in pages:
+            if p not in more: self._reading.discard(p)
+            elif more[p] > 1: more[p] -= 1
+            else: del more[p]
 
 @patch
 def _release(self: L3Tier, b: _Batch, codes) -> None:
     "The store returned from `b` (or never saw it): drop its holds, quarantining pages of an unsafe answer."
     h = b.handle
-    if h.host_pages is None: return
-    pages = h.host_pages[b.lo:b.hi]
-    unsafe = np.array([c not in SAFE_CODES for c in codes], bool)
-    self._holds[pages[~unsafe]] -= 1 if h.op == 'put' else WRITER
-    h._held[b.lo:b.hi][~unsafe] = False
-    self._quarantine.update(pages[unsafe].tolist())
+    if h.host_pages is None or not h._nheld: return
+    pages, safe = h.host_pages[b.lo:b.hi].tolist(), [c in SAFE_CODES for c in codes]
+    free = [p for p, ok in zip(pages, safe) if ok]
+    if len(free) < len(pages): self._quarantine += [(h.op, p) for p, ok in zip(pages, safe) if not ok]
+    self._drop(h.op, free)
+    if h._held is None: h._held = np.ones(h.n, bool)
+    h._held[b.lo:b.hi][np.array(safe, bool)] = False
+    h._nheld -= len(free)
 
 # %% ../nbs/24_l3.ipynb #22d5160a
+@patch
+def _next_batch(self: L3Tier) -> _Batch:
+    "Cut the next batch off the call at the head of the queue (lock held, queue not empty)."
+    h = self._queue[0]
+    lo = h._next; hi = h._next = min(lo + self.batch_pages, h.n)
+    if hi == h.n: self._queue.popleft()
+    self._queued -= hi - lo
+    return _Batch(h, lo, hi)
+
 @patch
 def _trip(self: L3Tier) -> None:
     "Open the circuit (lock held): fail every queued batch with DOWN."
     if not self._down: self.stats['trips'] += 1
     self._down, self._next_probe = True, time.monotonic() + self.probe_interval_s
     while self._queue:
-        b = self._queue.popleft(); self._queued -= b.hi - b.lo
-        codes = [DOWN] * (b.hi - b.lo)
+        b = self._next_batch(); codes = [DOWN] * (b.hi - b.lo)
         self._report(b, codes); b.state = RETURNED; self._release(b, codes)
     self._cv.notify_all()
 
@@ -529,7 +570,8 @@ def _work(self: L3Tier) -> None:
             while not self._queue and not self._closed: self._work_cv.wait()
             self._idle -= 1
             if self._closed: return
-            b = self._queue.popleft(); self._queued -= b.hi - b.lo
+            b = self._next_batch()
+            if self._queue and self._idle: self._work_cv.notify()     # more to do: wake the next worker
             if b.handle.op == 'match' and b.lo >= b.handle._cut:
                 codes = [SKIPPED] * (b.hi - b.lo); self._report(b, codes); b.state = RETURNED; continue
             b.state, b.deadline, b.probe = RUNNING, time.monotonic() + self.timeout_s, self._down
@@ -559,21 +601,22 @@ def _attempt(self: L3Tier, b: _Batch) -> list[int]:
 def held(self: L3Tier, host_pages=None) -> np.ndarray:
     "Per host page (all, or those given): whether an L3 call still holds it."
     with self._cv:
-        busy = self._holds != 0
+        busy = np.zeros(self.num_host_pages, bool)
+        busy[list(self._writing | self._reading)] = True          # (quarantined pages keep their holds)
         return busy if host_pages is None else busy[self._check_pages(host_pages)]
 
 @patch
 def quarantined(self: L3Tier) -> list[int]:
     "Host pages held after a store answer that leaves an in-flight transfer possible."
-    with self._cv: return sorted(self._quarantine)
+    with self._cv: return sorted({p for _, p in self._quarantine})
 
 @patch
 def release_quarantine(self: L3Tier) -> list[int]:
-    "Free the quarantined host pages (only once no transfer into them can arrive); returns them."
+    "Drop the holds kept on quarantined host pages (only once no transfer into them can arrive); returns the pages."
     with self._cv:
-        pages = sorted(self._quarantine); self._quarantine.clear()
-        self._holds[pages] = 0
-        return pages
+        q, self._quarantine = self._quarantine, []
+        for op, p in q: self._drop(op, [p])      # another call's hold on the same page stays
+        return sorted({p for _, p in q})
 
 @patch
 def close(self: L3Tier, timeout_s: float | None = None) -> None:

@@ -1,9 +1,10 @@
 """Where the L3 tier's caller time goes (issue 26): the caller's part of `L3Tier.put/get` for 256 host pages of
 2 MiB (page size 16, 32 layers K+V 8 x 128 bf16), piece by piece, against three stores: one that does nothing
 (`null`), one that only sleeps as long as Mooncake's get takes and moves nothing (`sleep`), and a real Mooncake
-client (a LocalMooncake master and store process). Each piece is timed three ways: `settled` (after a 2 ms sleep),
-`hot` (right after the last call was released) and `in_loop` (after a scheduler's Python pass over 4000 requests, as
-an engine calls it). Medians in us.
+client (a LocalMooncake master and store process). Each piece is timed four ways: `serving` (in a serving loop
+that never blocks on the tier, as an engine calls it: `bench.l3.serving_calls`), `settled` (after a 2 ms sleep),
+`hot` (right after the last call was released) and `in_loop` (after a scheduler's Python pass over 4000 requests);
+the last three follow a blocking wait for the previous call. Medians in us.
 
     python tools/l3_caller_profile.py            # prints lines starting with PROF; smaller: --layers 4
 
@@ -11,7 +12,10 @@ Measured on the H200 (2026-12-01, null and mooncake only): with no store the who
 Mooncake every piece was slower (the page check 58 us against 11 us). On the CI's CPU the `sleep` store is as slow
 as Mooncake: a hot call comes straight out of a blocking wait for the last one (about 100 ms with Mooncake, 0.1 ms
 with the null store), and the first call after a long wait pays for it whatever the store (cold caches, an idle
-core); by the third call it is gone. An idle Mooncake client spins no thread and holds no GIL (same measurement)."""
+core); by the third call it is gone. An idle Mooncake client spins no thread and holds no GIL (same measurement).
+On the H200 in the serving mode, before the caller's path was cut (numpy checks and hold counters, one batch object
+per batch made by the caller): put / get 69 / 71 us with no store, 113 / 110 us sleeping, 116 / 105 us with Mooncake;
+inside them the page check 20-36 us and the handle alone 24-44 us. `bench/l3.py` measured the cut path."""
 import argparse, gc, os, statistics, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -20,7 +24,7 @@ from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
 from tokenspeed_lit.l3_keys import L3Namespace
 from tokenspeed_lit.l3 import L3Tier, L3Handle, LocalMooncake, MooncakeStore
-from bench.l3 import scheduler_pass, settle     # the benchmark's own: a scheduler's pass, and 2 ms idle
+from bench.l3 import scheduler_pass, serving_calls, settle   # the benchmark's: a scheduler's pass, a serving loop, 2 ms idle
 
 
 class Null:
@@ -39,8 +43,19 @@ class Sleep(Null):
     def batch_put_from(self, k, b, o, s): time.sleep(self.seconds); return [0] * len(k)
 
 
-def profile(name, tier, keys, plain, src, dst, iters):
+PIECES = ('check_pages', 'check_keys', 'check_keys_plain', 'handle', 'submit_get', 'put', 'get')
+
+
+def profile(name, tier, keys, plain, src, dst, iters, device):
     h = tier.put(src, keys); h.wait(); h.wait_released()
+    f = dict(check_pages=lambda: tier._check_pages(src), check_keys=lambda: tier._check_keys(keys, 256),
+             check_keys_plain=lambda: tier._check_keys(plain, 256), handle=lambda: (L3Handle(tier, 'get', keys, dst), None)[1],   # never submitted
+             submit_get=lambda: tier._submit('get', list(keys), dst, set(dst.tolist())), put=lambda: tier.put(src, keys),
+             get=lambda: tier.get(keys, dst))
+    # 'serving': every piece made in a serving loop that never blocks on the tier (bench.l3.serving_calls)
+    ns = serving_calls([f[p] for _ in range(iters) for p in PIECES], device)
+    print('PROF', name, 'serving', {p: round(statistics.median(ns[i::len(PIECES)]) / 1e3, 1) for i, p in enumerate(PIECES)},
+          flush=True)
     for mode in ('settled', 'hot', 'in_loop'):
         T = {}
         def tm(k, f, i):
@@ -50,7 +65,7 @@ def profile(name, tier, keys, plain, src, dst, iters):
         for i in range(iters):
             tm('check_pages', lambda: tier._check_pages(src), i); tm('check_keys', lambda: tier._check_keys(keys, 256), i)
             tm('check_keys_plain', lambda: tier._check_keys(plain, 256), i); tm('handle', lambda: L3Handle(tier, 'get', keys, dst), i)
-            h = tm('submit_get', lambda: tier._submit('get', list(keys), dst), i); h.wait(); h.wait_released()
+            h = tm('submit_get', lambda: tier._submit('get', list(keys), dst, set(dst.tolist())), i); h.wait(); h.wait_released()
             h = tm('put', lambda: tier.put(src, keys), i); h.wait(); h.wait_released()
             h = tm('get', lambda: tier.get(keys, dst), i); h.wait(); h.wait_released()
             gc.disable(); h = tm('get_nogc', lambda: tier.get(keys, dst), i); gc.enable(); h.wait(); h.wait_released()
@@ -76,7 +91,7 @@ def main(argv=None):
         print(f'PROF mooncake get of 256 pages: {get_s * 1e3:.1f} ms', flush=True)
         for name, tier in (('null', L3Tier(mirror, Null(), ns)), ('sleep', L3Tier(mirror, Sleep(get_s), ns)),
                            ('mooncake', mc)):
-            profile(name, tier, keys, plain, src, dst, args.iters)
+            profile(name, tier, keys, plain, src, dst, args.iters, dev)
             tier.close()
     sys.stdout.flush(); os._exit(0)   # no interpreter teardown: Mooncake's destructors once hung at exit
 
