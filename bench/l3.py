@@ -17,8 +17,8 @@ wait for the previous call: `caller_us` after 2 ms idle, `caller_us_hot` right a
 `caller_us_in_loop` after a scheduler's Python pass. `caller_us_serving` is the way an engine calls it: in a serving
 loop whose every step runs a scheduler's pass and a forward stand-in on the device (matrix products, then a
 synchronize), the call made after the step's scheduler pass once the last call's pages are released, which the loop
-polls once per step and never waits for (`serving_calls`). `caller_us_first` is the first put after construction
-(of all `pages`, in the throughput's warm-up round).
+polls once per step and never waits for (`serving_calls`). `caller_us_first` is the tier's first put and first get
+after its construction (of all `pages`, in the throughput's warm-up round; only a warm-up match of 8 keys came before).
 
 Mooncake on a machine without a package index: install the carried wheel with pip, unpack its .deb libraries
 (libibverbs1 libnuma1 librdmacm1 libnl-3-200 libnl-route-3-200) with `dpkg -x` into a folder and put that folder's
@@ -77,11 +77,11 @@ def settle():
 
 
 def serving_calls(calls, device, products: int = 4, k0: int = 0) -> list[int]:
-    """The caller's ns of each of `calls` (zero-argument callables returning an `L3Handle`), made as an engine makes
-    them (a call that returns anything else counts as done at once): every step runs a scheduler's pass and then a
-    forward stand-in (`products` matrix products queued on
-    `device`, then a synchronize); a step whose last call is done and released makes the next call after its
-    scheduler pass. The loop polls the handles once per step and never blocks on them. Raises if a call failed."""
+    """The caller's ns of each of `calls` (zero-argument callables returning an `L3Handle`; anything else counts as
+    done at once), made as an engine makes them: every step runs a scheduler's pass and then a forward stand-in
+    (`products` matrix products queued on `device`, then a synchronize); a step whose last call is done and released
+    makes the next call after its scheduler pass. The loop polls the handles once per step and never blocks on them.
+    Raises if a call failed."""
     n = 2048 if is_accel(device) else 128
     x = torch.randn(n, n, device=device) / n ** 0.5; y = torch.empty_like(x)
     out, h, i, k = [], None, 0, k0
