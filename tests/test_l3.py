@@ -123,7 +123,7 @@ def test_holds_follow_a_plain_model(shared_mooncake, data):
             while tier._queue and tier._queue[0] is h:
                 b = tier._next_batch()
                 codes = [l3.TRANSFER_FAIL if pages[i] in unsafe else OK for i in range(b.lo, b.hi)]
-                tier._report(b, codes); b.state = l3.RETURNED; tier._release(b, codes)
+                tier._finish(b, codes)
         assert h.done and h.released == (not unsafe) and sorted(h.held_pages.tolist()) == sorted(unsafe)
     try:
         for _ in range(data.draw(st.integers(1, 14))):
@@ -151,8 +151,7 @@ def test_holds_follow_a_plain_model(shared_mooncake, data):
     finally:                                              # leave the tier empty for the next example
         with tier._cv:
             while tier._queue:
-                b = tier._next_batch(); codes = [OK] * (b.hi - b.lo)
-                tier._report(b, codes); b.state = l3.RETURNED; tier._release(b, codes)
+                b = tier._next_batch(); tier._finish(b, [OK] * (b.hi - b.lo))
         tier.release_quarantine()
     assert not tier.held().any() and not tier._queue
 

@@ -421,8 +421,8 @@ def _check_keys(self: L3Tier, keys, n: int | None) -> list[str]:
 
 # %% ../nbs/24_l3.ipynb #271db847
 @patch
-def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None, s: set | None = None) -> L3Handle:
-    "Admit or refuse one checked call (`s`: `pages` as a set); the lock is taken once."
+def _submit(self: L3Tier, op: str, keys: list[str], pages: np.ndarray | None, s: set | None) -> L3Handle:
+    "Admit or refuse one checked call (`s`: `pages` as a set, None with them); the lock is taken once."
     h, n = L3Handle(self, op, keys, pages), len(keys)
     if n > self.max_queued_pages: raise ValueError(f'a call of {n} pages exceeds max_queued_pages={self.max_queued_pages}')
     with self._cv:
@@ -461,7 +461,7 @@ def put(self: L3Tier, host_pages, keys) -> L3Handle:
 @patch
 def match(self: L3Tier, keys) -> L3Handle:
     "Ask the store which keys are present; `handle.prefix` is how many leading pages an engine can load."
-    return self._submit('match', self._check_keys(keys, None), None)
+    return self._submit('match', self._check_keys(keys, None), None, None)
 
 @patch
 def get(self: L3Tier, keys, host_pages) -> L3Handle:
@@ -527,6 +527,12 @@ def _release(self: L3Tier, b: _Batch, codes) -> None:
     h._held[b.lo:b.hi][np.array(safe, bool)] = False
     h._nheld -= len(free)
 
+@patch
+def _finish(self: L3Tier, b: _Batch, codes) -> None:
+    "The store returned from `b` with `codes` (lock held): report them unless the watchdog did, then release `b`."
+    self._report(b, codes); b.state = RETURNED; self._release(b, codes)
+
+
 # %% ../nbs/24_l3.ipynb #22d5160a
 @patch
 def _next_batch(self: L3Tier) -> _Batch:
@@ -543,8 +549,7 @@ def _trip(self: L3Tier) -> None:
     if not self._down: self.stats['trips'] += 1
     self._down, self._next_probe = True, time.monotonic() + self.probe_interval_s
     while self._queue:
-        b = self._next_batch(); codes = [DOWN] * (b.hi - b.lo)
-        self._report(b, codes); b.state = RETURNED; self._release(b, codes)
+        b = self._next_batch(); self._finish(b, [DOWN] * (b.hi - b.lo))
     self._cv.notify_all()
 
 @patch
@@ -573,14 +578,14 @@ def _work(self: L3Tier) -> None:
             b = self._next_batch()
             if self._queue and self._idle: self._work_cv.notify()     # more to do: wake the next worker
             if b.handle.op == 'match' and b.lo >= b.handle._cut:
-                codes = [SKIPPED] * (b.hi - b.lo); self._report(b, codes); b.state = RETURNED; continue
+                self._finish(b, [SKIPPED] * (b.hi - b.lo)); continue
             b.state, b.deadline, b.probe = RUNNING, time.monotonic() + self.timeout_s, self._down
             self._running.add(b); self._watch_cv.notify()
         codes = self._attempt(b)
         with self._cv:
             self._running.discard(b)
             if b.state == ABANDONED: self.stats['late'] += 1
-            self._report(b, codes); b.state = RETURNED; self._release(b, codes)
+            self._finish(b, codes)
             if any(c in DOWN_CODES for c in codes): self._trip()
             self._cv.notify_all()
 

@@ -63,12 +63,10 @@ def profile(name, tier, keys, plain, src, dst, iters, device):
             elif mode == 'in_loop': scheduler_pass(i)
             t0 = time.perf_counter_ns(); r = f(); T.setdefault(k, []).append(time.perf_counter_ns() - t0); return r
         for i in range(iters):
-            tm('check_pages', lambda: tier._check_pages(src), i); tm('check_keys', lambda: tier._check_keys(keys, 256), i)
-            tm('check_keys_plain', lambda: tier._check_keys(plain, 256), i); tm('handle', lambda: L3Handle(tier, 'get', keys, dst), i)
-            h = tm('submit_get', lambda: tier._submit('get', list(keys), dst, set(dst.tolist())), i); h.wait(); h.wait_released()
-            h = tm('put', lambda: tier.put(src, keys), i); h.wait(); h.wait_released()
-            h = tm('get', lambda: tier.get(keys, dst), i); h.wait(); h.wait_released()
-            gc.disable(); h = tm('get_nogc', lambda: tier.get(keys, dst), i); gc.enable(); h.wait(); h.wait_released()
+            for p in PIECES:
+                h = tm(p, f[p], i)
+                if isinstance(h, L3Handle): h.wait(); h.wait_released()
+            gc.disable(); h = tm('get_nogc', f['get'], i); gc.enable(); h.wait(); h.wait_released()
         print('PROF', name, mode, {k: round(statistics.median(v) / 1e3, 1) for k, v in T.items()}, flush=True)
 
 
