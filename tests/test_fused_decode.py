@@ -201,6 +201,113 @@ def test_capture_replay_equals_eager(steps, seed):
             assert torch.equal(a, b)
 
 
+@given(st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=8), st.integers(0, 2**31 - 1))
+def test_done_flags_show_each_launched_ticket(steps, seed):
+    "After every step a ring slot's done flag holds the ticket that step packed; a slot is reused only once it does."
+    state = make_state(_gen(seed), 10, 1, 40)
+    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    step.bind(state[0], state[1], state[2], 40, state[3])
+    tickets = set()
+    for batch, staged in steps:
+        if staged:
+            sl = step.decode_slot(); s = sl.slot
+            sl.req_pool_indices[:batch] = list(range(1, batch + 1))
+            step.issue_staged_decode(sl, batch, 1)
+        else:
+            s = step._next
+            step(list(range(1, batch + 1)), 1)
+        synchronize(DEV)
+        t = step._tickets[s]
+        assert t not in tickets and step._want[s] == t and step._done_mv[s] == t
+        tickets.add(t)
+
+
+@KERNEL
+@given(step_cases())
+def test_step_inside_an_engine_graph_matches_reference(case):
+    "Staged into the capture slot and run by an engine graph's replay (issue_captured), a step is decode_step_ref's."
+    from tokenspeed_lit.graphs import capture
+    max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, page_size, bad_cache, seed = case
+    step = FusedDecodeStep.create(max_bs, max_tok, page_size, dummy_kv_slot=3,
+                                  state_write_padding_pool_index=pool_rows, device=DEV, has_mamba=has_mamba)
+    vcl, fim, ready, table = make_state(_gen(seed), pool_rows, W, vocab, page_size=page_size, bad_cache=bad_cache)
+    step.bind(vcl, fim, ready, vocab, table)
+    graph = capture(step.issue_captured, DEV)            # an engine's graph that starts with the step
+    for pools, L, ovr, mamba, form in steps:
+        step.buffers.poison_(POISON)
+        before = {k: v.cpu() for k, v in step.buffers.snapshot().items()}
+        want, want_state = decode_step_ref(before, step.buffers.values, vcl.cpu(), fim.cpu(), ready.cpu(), vocab,
+                                           table.cpu(), page_size, pools, L, ovr, mamba)
+        sl = step.decode_slot(captured=True)
+        B = len(pools)
+        sl.req_pool_indices[:B] = pools
+        sl.decode_input_ids[:B] = [-1] * B if ovr is None else ovr
+        if mamba is not None: sl.mamba[:, :B] = np.array(mamba)
+        has = step.issue_staged_decode(sl, B, L, overrides=ovr is not None, mamba=mamba is not None)
+        assert has == (ovr is not None and any(x != -1 for x in ovr) and B > 0)
+        graph.replay(); synchronize(DEV)
+        for k, v in step.buffers.buffers().items():
+            assert torch.equal(v.cpu(), want[k]), k
+        for t, w in zip((vcl, fim, ready), want_state):
+            assert torch.equal(t.cpu(), w)
+
+
+def test_a_replay_without_a_new_step_runs_no_step_and_is_reported():
+    "A second replay of the same staged step leaves the state alone, writes padding, and the next staging names it."
+    from tokenspeed_lit.graphs import capture
+    vcl, fim, ready, table = make_state(_gen(3), 10, 2, 40)
+    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    step.bind(vcl, fim, ready, 40, table)
+    graph = capture(step.issue_captured, DEV)
+    sl = step.decode_slot(captured=True); sl.req_pool_indices[:2] = [3, 4]; sl.decode_input_ids[:2] = [7, -1]
+    assert step.issue_staged_decode(sl, 2, 2, overrides=True)
+    graph.replay(); synchronize(DEV)
+    state = [t.clone() for t in (vcl, fim, ready)]
+    ticket = step._tickets[2]
+    graph.replay(); synchronize(DEV)                      # no new step staged
+    for t, before in zip((vcl, fim, ready), state): assert torch.equal(t, before)   # the override ran once
+    b, v = step.buffers, step.buffers.values
+    for name, t in b.buffers().items():
+        if name != 'mrope_positions_buf': assert (t == v[name]).all(), name
+    with pytest.raises(RuntimeError, match=f'captured step of ticket {ticket} a second time'):
+        step.decode_slot(captured=True)
+    sl = step.decode_slot(captured=True); sl.put([5])    # reported once: serving goes on
+    step.issue_staged_decode(sl, 1, 2)
+    sl = step.decode_slot(captured=True, replace=True)   # re-planned before any replay: restaged without a wait
+    with pytest.raises(ValueError, match='req_pool_indices must hold int32 integers'): sl.put([2**31])
+    assert sl.put([6, 2]) == 2                            # (a refused put leaves the rows to be written again)
+    step.issue_staged_decode(sl, 2, 2); graph.replay(); synchronize(DEV)
+    assert b.req_pool_indices_buf.tolist()[:3] == [6, 2, 0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='a CPU capture is the function itself: it holds no arguments')
+def test_staging_for_a_graph_older_than_the_binding_is_refused():
+    from tokenspeed_lit.graphs import capture
+    vcl, fim, ready, table = make_state(_gen(4), 10, 2, 40)
+    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    step.bind(vcl, fim, ready, 40, table)
+    step.issue_captured()                                 # outside a capture on a GPU: nothing, not even a record
+    sl = step.decode_slot(captured=True)
+    with pytest.raises(ValueError, match='none was captured since the last bind'): step.issue_staged_decode(sl, 0, 1)
+    graph = capture(step.issue_captured, DEV)
+    sl = step.decode_slot(captured=True); step.issue_staged_decode(sl, 0, 1)     # accepted now
+    step.bind(vcl, fim, ready, 40, table.clone())        # a new table: the graph holds the old one
+    sl = step.decode_slot(captured=True)
+    with pytest.raises(ValueError, match='capture the graph again'): step.issue_staged_decode(sl, 0, 1)
+
+
+def test_a_copy_that_never_runs_is_an_error_not_a_hang():
+    "A slot whose launched copy never reports is refused after the wait's timeout, naming the slot and its ticket."
+    state = make_state(_gen(0), 10, 1, 40)
+    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    step.bind(state[0], state[1], state[2], 40, state[3])
+    step._want[0] = step._tickets[0] + 7              # as if a launch of slot 0 had been lost
+    with pytest.raises(RuntimeError, match=f'host slot 0: its step \\(ticket {step._want[0]}\\) was launched but its copy never ran'):
+        step._wait(0, timeout=0.05)
+    step._want[0] = step._done_mv[0]                  # put it back: the step works on
+    step([1, 2], 1); synchronize(DEV)
+
+
 @given(n=st.integers(0, 9000) | st.sampled_from([fd._STAGED, fd._STAGED + 1, fd._STAGE_BLOCK,
                                                     fd._STAGE_PROGRAMS * fd._STAGE_BLOCK + 1]),
        seed=st.integers(0, 2**31 - 1))

@@ -13,7 +13,8 @@ from tokenspeed_lit.device import default_device
 from tokenspeed_lit.contract import device_value_checks
 from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
                                       compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
-                                      compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots)
+                                      compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots,
+                                      launch_positions_and_slots_counted)
 
 from conftest import DEV, POISON, GUARD, guarded, assert_guards, kernel_examples
 KERNEL = settings(max_examples=kernel_examples(150))   # kernel properties: more than CI's 40
@@ -121,16 +122,26 @@ def test_out_cache_loc_match_reference(batch, table, page_size, dummy, data):
             assert slot // page_size in table[pool[row]].tolist()
 
 
-@given(ragged_batches(max_batch=60, length=st.integers(0, 20)), page_tables(), PAGE_SIZES, st.integers(0, 3),
-       st.data())
+def _slot_cases(max_batch: int) -> tuple:
+    "The strategies of a ragged slots property: (prefix, lens), a page table, a page size, a dummy slot, data."
+    return ragged_batches(max_batch=max_batch, length=st.integers(0, 20)), page_tables(), PAGE_SIZES, st.integers(0, 3), st.data()
+
+
+def _pools_and_starts(data, n, rows, cols, page_size):
+    "`n` pool rows (one past the table and -1 included) and cache starts (negative and past the table included)."
+    pool = torch.tensor(data.draw(st.lists(st.integers(-1, rows), min_size=n, max_size=n)), dtype=torch.int64)
+    start = torch.tensor(data.draw(st.lists(st.integers(-3, cols * page_size + 4), min_size=n, max_size=n)),
+                         dtype=torch.int32)
+    return pool, start
+
+
+@given(*_slot_cases(60))
 def test_positions_and_slots_equal_the_two_calls(batch, table, page_size, dummy, data):
     "One launch writes what compute_positions and compute_out_cache_loc write, and nothing outside either output."
     prefix, lens = batch
     b, (rows, cols) = len(lens), table.shape
     total = data.draw(totals(lens))
-    pool = torch.tensor(data.draw(st.lists(st.integers(-1, rows), min_size=b, max_size=b)), dtype=torch.int64)
-    start = torch.tensor(data.draw(st.lists(st.integers(-3, cols * page_size + 4), min_size=b, max_size=b)),
-                         dtype=torch.int32)
+    pool, start = _pools_and_starts(data, b, rows, cols, page_size)
     pbuf, pos = guarded(total, torch.int64)
     lbuf, loc = guarded(total, data.draw(st.sampled_from([torch.int32, torch.int64])))
     sbuf, st_ = guarded(b, torch.int32)
@@ -141,6 +152,30 @@ def test_positions_and_slots_equal_the_two_calls(batch, table, page_size, dummy,
     assert torch.equal(l.cpu().long(), compute_out_cache_loc_ref(pool, lens, start, table, page_size, dummy,
                                                                  total_tokens=total))
     for buf in (pbuf, lbuf, sbuf): assert_guards(buf)
+
+
+@given(*_slot_cases(40))
+def test_counted_launch_equals_the_launch_with_the_counts(batch, table, page_size, dummy, data):
+    "Counts read on the device, clamped to the buffers, give what the launch with those counts gives; rows past them are ignored."
+    prefix, lens = batch
+    rows_max, (rows, cols) = len(lens), table.shape
+    max_tokens = data.draw(st.integers(0, MAX_TOTAL))
+    b = data.draw(st.integers(0, rows_max) | st.sampled_from([-5, rows_max + 3, 2**31 - 1]))   # device values: any
+    t = data.draw(st.integers(0, max_tokens) | st.sampled_from([-1, max_tokens + 1, 2**31 - 1]))
+    b_eff, t_eff = min(max(b, 0), rows_max), min(max(t, 0), max_tokens)
+    pool, start = _pools_and_starts(data, rows_max, rows, cols, page_size)
+    by_batch = data.draw(st.booleans()) and rows >= rows_max
+    got = [guarded(max_tokens, torch.int64), guarded(max_tokens, torch.int32), guarded(rows_max, torch.int32)]
+    want = [guarded(max_tokens, torch.int64), guarded(max_tokens, torch.int32), guarded(rows_max, torch.int32)]
+    counts = torch.tensor([b if b < 2**31 else 2**31 - 1, t], dtype=torch.int32, device=DEV)
+    d = lambda x: x.to(DEV)
+    launch_positions_and_slots_counted(counts, got[0][1], got[1][1], got[2][1], d(prefix), d(lens), d(start), d(pool),
+                                       d(table), page_size, rows_max, max_tokens, dummy, by_batch)
+    compute_positions_and_slots(want[0][1], want[1][1], d(prefix[:b_eff]), d(lens[:b_eff]), d(start[:b_eff]),
+                                d(pool[:b_eff]), d(table), page_size, t_eff, dummy, extend_start_loc=want[2][1][:b_eff],
+                                table_order='batch' if by_batch else 'pool')
+    for (gbuf, _), (wbuf, _) in zip(got, want):
+        assert torch.equal(gbuf.cpu(), wbuf.cpu())        # the same elements written, the rest still poison
 
 
 @pytest.mark.parametrize('fn, sliding', [(compute_out_cache_loc_uniform, False), (compute_out_cache_loc_sliding, True)])

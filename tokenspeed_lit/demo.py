@@ -187,6 +187,12 @@ class Scheduler:
         self.in_prep = False                                 # inside a step's input preparation (for the gc count)
         self.l3 = l3
         if l3 is not None: self._l3_open()
+        # bound once, and every decode graph captured at start-up (as engines capture theirs, over padding): each
+        # graph runs the step staged in the capture slot first (issue_captured), so a decode step launches nothing
+        st = self.states
+        self.bufs.step.bind(st.valid_cache_lengths, st.future_input_map, st.remote_spec_candidate_ready, st.vocab_size,
+                            self.batch_table, 'batch')
+        for bs in cfg.capture_sizes: self._decode_graph(bs)
 
     @property
     def live(self): return [r for r in self.requests[:self.arrived] if r.state in ('prefill', 'decode')]
@@ -492,17 +498,15 @@ def _check_kv(self: Scheduler):
 def _decode_graph(self: Scheduler, padded_bs: int):
     if padded_bs not in self.graphs:
         n = padded_bs * self.cfg.verify_width
-        # capture's warm-up runs the forward over this step's staged buffers, exactly as the replay will
-        self.graphs[padded_bs] = capture(lambda: self.model.forward(n, padded_bs), self.device)
+        # the step's copy and kernel, then the forward (a capture's warm-up runs the forward alone, over padding)
+        self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs)),
+                                         self.device)
     return self.graphs[padded_bs]
 
 # %% ../nbs/31_demo.ipynb #c1cbb799
 @patch
 def _inject(self: Scheduler, rows, total: int):
     "Sabotage for the fault-injection tests: the checks must catch it."
-    if self.cfg.fault == 'stale-tail' and self.step_no > 5:
-        live = next((self._slot(r, 0) for r in self.live if r.pages), None)
-        if live is not None: self.bufs.out_cache_loc_buf[total:] = live
     if self.cfg.fault == 'stray-write' and self.step_no >= 8:     # the first step from 8 on that runs
         owned = {p for r in self.requests for p in r.pages}
         page = next(p for p in range(1, self.pool.num_pages) if p not in owned)
@@ -511,6 +515,13 @@ def _inject(self: Scheduler, rows, total: int):
         i = next((i for i, (r, _, _) in enumerate(rows) if r.cache_len >= self.cfg.page_size), None)
         if i is not None:        # page 0 of a row with a whole cached page: history, no slot of this step
             self.batch_table[i, 0] = rows[i][0].pages[0] % (self.pool.num_pages - 1) + 1
+
+@patch
+def _inject_tail(self: Scheduler, total: int):
+    "The stale padded tail, once the step's buffers are written (a graph step: after its replay, whose kernel resets it)."
+    if self.cfg.fault == 'stale-tail' and self.step_no > 5:
+        live = next((self._slot(r, 0) for r in self.live if r.pages), None)
+        if live is not None: self.bufs.out_cache_loc_buf[total:] = live
 
 @patch
 def _inject_late(self: Scheduler):
@@ -575,9 +586,9 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
     self.stats['checks'] += 2
 
 # %% ../nbs/31_demo.ipynb #a55c6708
-_PARTS = ('is_bound_to', 'check_decode', 'check_pools', 'header', 'launch')   # the calls fill_staged_decode makes
+_PARTS = ('bind', 'check_pools', 'header')   # the calls fill_staged_decode makes (its step is launched by the forward's graph)
 # the calls a step with prefill rows makes inside fill_input_buffers (the rest is _fill_mixed's own list checks)
-_MIXED_PARTS = ('check_step', 'acquire', 'pack', 'check_pools', 'header', 'launch', 'positions_and_slots')
+_MIXED_PARTS = ('check_step', 'acquire', 'pack', 'check_pools', 'header', 'launch')   # launch: one replay, positions too
 _PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_decode_slot_us',
          'prep_decode_write_us', 'prep_decode_fill_us', 'prep_parts_fill_us', 'prep_parts_mixed_us',
          *(f'prep_part_{p}_us' for p in _PARTS),
@@ -600,17 +611,17 @@ def _time_calls(targets) -> tuple[dict, Callable]:
     return got, restore
 
 @patch
-def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool):
-    "A decode step written straight into staging: the slot (and its wait), the writes and the issue, each timed."
+def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool, captured: bool = True):
+    "A decode step written straight into staging (`captured`: for the decode graph's replay): the slot, the writes and the issue, each timed."
     clk, st, pools, ovr = time.perf_counter, self.stats, op.request_pool_indices, op.decode_input_ids
     bufs, states, table = self.bufs, self.states, self.batch_table
     # Every other decode step times fill_staged_decode's own calls instead (wrappers cost a little: not in the medians)
     parts = self.cfg.repeat_prep and len(st['prep_decode_us']) > len(st['prep_parts_fill_us'])
-    got, restore = _time_calls([(bufs.step, n, n) for n in _PARTS]) if parts else (None, None)
+    targets = [(bufs, '_bound_step', 'bind'), (bufs.step, 'check_pools', 'check_pools'), (bufs.step, 'header', 'header')]
+    got, restore = _time_calls(targets) if parts else (None, None)
     self.in_prep = True
-    t0 = clk(); sl = bufs.decode_slot(); t1 = clk()
-    sl.req_pool_indices[:batch] = pools
-    if has_overrides: sl.decode_input_ids[:batch] = ovr
+    t0 = clk(); sl = bufs.decode_slot(captured); t1 = clk()
+    sl.put(pools, ovr if has_overrides else None)          # the scheduler's lists: one struct pack each
     t2 = clk()
     bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=has_overrides)
     t3 = clk()
@@ -622,8 +633,9 @@ def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool
     else:
         for k, a, b in (('prep_decode_us', t0, t3), ('prep_decode_slot_us', t0, t1), ('prep_decode_write_us', t1, t2),
                         ('prep_decode_fill_us', t2, t3)): st[k].append(1e6 * (b - a))
-    if self.cfg.repeat_prep and not has_overrides:        # the same step again at once, into a fresh slot
-        t0 = clk(); sl = bufs.decode_slot(); sl.req_pool_indices[:batch] = pools
+    if self.cfg.repeat_prep and not has_overrides:        # the same step again at once (captured: restaged in its
+                                                          # slot, `replace`: the first was never replayed)
+        t0 = clk(); sl = bufs.decode_slot(captured, replace=captured); sl.put(pools)   # the first never ran
         bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=False)
         st['prep_decode_repeat_us'].append(1e6 * (clk() - t0))
 
@@ -636,8 +648,7 @@ def _prep_mixed(self: Scheduler, op: ForwardOp, total: int):
     # Every other such step times the calls inside instead (not in the medians), as for decode steps
     parts = self.cfg.repeat_prep and len(st['prep_us']) > len(st['prep_parts_mixed_us'])
     if parts:
-        got, restore = _time_calls([(self.bufs, '_check_step', 'check_step'), *((step, n, n) for n in _MIXED_PARTS[1:6]),
-                                    (_input_buffers, 'launch_positions_and_slots', 'positions_and_slots')])
+        got, restore = _time_calls([(self.bufs, '_check_step', 'check_step'), *((step, n, n) for n in _MIXED_PARTS[1:])])
     self.in_prep = True
     t0 = time.perf_counter(); fill(); t1 = time.perf_counter()
     self.in_prep = False
@@ -656,7 +667,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     "Stage, forward, check, then sample and verify. `padded_bs` set: replay the decode graph of that size."
     L, V = self.cfg.verify_width, self.cfg.vocab
     if not rows:      # data-parallel: this rank has nothing to run but must replay the agreed graph
-        self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L)
+        self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L, captured=True)   # run by the graph's replay
         self.batch_table.zero_()                             # every padded row reads the dummy page
         self._decode_graph(padded_bs).replay()
         synchronize(self.device)
@@ -670,14 +681,17 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     for r in not_ready: self.states.remote_spec_candidate_ready[r.pool_row] = False
     total = len(expect['ids'])
     self._batch_tables(rows)
-    if all(not p for _, _, p in rows): self._prep_decode(op, len(rows), bool(corrupt))
+    if all(not p for _, _, p in rows): self._prep_decode(op, len(rows), bool(corrupt), captured=padded_bs is not None)
     else: self._prep_mixed(op, total)
     self._inject(rows, total)
-    self._groups_and_draft(rows, total, padded_bs)
-    if padded_bs is not None:
+    if padded_bs is not None:    # the graph runs the staged step, then the forward; the groups read the step's buffers
         self._decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1
+        self._inject_tail(total)
+        self._groups_and_draft(rows, total, padded_bs)
         padded_tokens = padded_bs * L
     else:
+        self._inject_tail(total)
+        self._groups_and_draft(rows, total, padded_bs)
         self.model.forward(total, len(rows)); padded_tokens = total
         self.stats['mixed_steps' if any(not p for _, _, p in rows) else 'prefill_steps'] += 1
     synchronize(self.device)

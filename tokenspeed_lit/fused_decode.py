@@ -5,30 +5,32 @@
 # %% ../nbs/13_fused_decode.ipynb #49e25155
 from __future__ import annotations
 import struct
+import time
 import weakref
 import numpy as np
 import torch
 from fastcore.basics import patch
-from .device import host_full
-from .streams import new_event, synchronize
+from .device import host_full, is_accel, HAS_ACCEL
+from .streams import synchronize
 from .launch import FastLaunch, cdiv, next_pow2
 from .graphs import capture as _capture
+from . import contract as _contract
 from .contract import check_vectors, check_int_tensor, check_capacity, check_positive, check_same_device, check_int, check_out, int_list, InputTypeError, device_checks_enabled, check_values, check_unique
 import triton
 import triton.language as tl
 from .positions import (kv_slot, kv_slot_ref, check_slots_fit, compute_positions, compute_out_cache_loc, MAX_TOKENS,
-                                      is_batch_order)
+                                      is_batch_order, launch_positions_and_slots_counted)
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_decode_seq_len
 
 # %% auto #0
 __all__ = ['H_BATCH', 'H_NUM_EXTENDS', 'H_PREFILL_TOKENS', 'H_WIDTH', 'H_TOTAL_TOKENS', 'H_HAS_OVERRIDE', 'H_HAS_MAMBA_DATA',
-           'H_DUMMY_ROWS', 'H_DUMMY_SEQ_LEN', 'H_SHIFTED_AT', 'H_MAX_BS', 'H_MAX_NUM_TOKENS', 'H_VOCAB_SIZE',
-           'H_NUM_POOL', 'H_FIM_STRIDE', 'H_FIM_WIDTH', 'H_TABLE_STRIDE0', 'H_TABLE_STRIDE1', 'H_TABLE_ROWS',
-           'H_TABLE_COLS', 'H_PAGE_SIZE', 'H_DUMMY_KV_SLOT', 'H_STATE_WRITE_PAD', 'H_PAD_TOKEN_ID',
-           'H_HAS_MAMBA_BUFFERS', 'H_O_INPUT_IDS', 'H_O_SHIFTED', 'H_O_INPUT_LENGTHS', 'H_O_OUT_CACHE_LOC',
-           'H_O_SEQ_LENS', 'H_O_EXTEND_PREFIX', 'H_O_EXTEND_SEQ', 'H_O_MAMBA0', 'H_O_MAMBA1', 'H_O_MAMBA2',
-           'H_O_MAMBA3', 'H_O_POSITIONS', 'H_O_MROPE', 'H_O_REQ_POOL', 'H_O_STATE_WRITE', 'H_O_FORCE', 'H_S_POOL',
-           'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START', 'H_STAGED',
+           'H_DUMMY_ROWS', 'H_DUMMY_SEQ_LEN', 'H_SHIFTED_AT', 'H_STAGED', 'H_SLOT', 'H_TICKET', 'H_MAX_BS',
+           'H_MAX_NUM_TOKENS', 'H_VOCAB_SIZE', 'H_NUM_POOL', 'H_FIM_STRIDE', 'H_FIM_WIDTH', 'H_TABLE_STRIDE0',
+           'H_TABLE_STRIDE1', 'H_TABLE_ROWS', 'H_TABLE_COLS', 'H_PAGE_SIZE', 'H_DUMMY_KV_SLOT', 'H_STATE_WRITE_PAD',
+           'H_PAD_TOKEN_ID', 'H_HAS_MAMBA_BUFFERS', 'H_O_INPUT_IDS', 'H_O_SHIFTED', 'H_O_INPUT_LENGTHS',
+           'H_O_OUT_CACHE_LOC', 'H_O_SEQ_LENS', 'H_O_EXTEND_PREFIX', 'H_O_EXTEND_SEQ', 'H_O_MAMBA0', 'H_O_MAMBA1',
+           'H_O_MAMBA2', 'H_O_MAMBA3', 'H_O_POSITIONS', 'H_O_MROPE', 'H_O_REQ_POOL', 'H_O_STATE_WRITE', 'H_O_FORCE',
+           'H_S_POOL', 'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START',
            'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA',
            'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep',
            'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides', 'StagingSlot',
@@ -139,6 +141,10 @@ _FIELDS = (
     # written every step
     'batch', 'num_extends', 'prefill_tokens', 'width', 'total_tokens', 'has_override', 'has_mamba_data',
     'dummy_rows', 'dummy_seq_len', 'shifted_at',
+    # ... and read by the staging copy: how many ints of the slot to copy
+    'staged',
+    # ... and written back by the kernel into the slot's done flag: which slot this is, the step's ticket
+    'slot', 'ticket',
     # written when the step is bound to its runtime state (or built)
     'max_bs', 'max_num_tokens', 'vocab_size', 'num_pool', 'fim_stride', 'fim_width',
     'table_stride0', 'table_stride1', 'table_rows', 'table_cols', 'page_size', 'dummy_kv_slot',
@@ -149,8 +155,6 @@ _FIELDS = (
     'o_state_write', 'o_force',
     # offsets of the staging sections (int32 elements from the header)
     's_pool', 's_override', 's_mamba', 's_lengths', 's_extend_prefix', 's_ids', 's_cache_start',
-    # written every step, read only by the staging copy: how many ints of the slot to copy
-    'staged',
     # written at bind: 1 when the page table is batch-ordered (row i: batch row i), 0 when pool-indexed
     'table_batch_order')
 _F = {name: i for i, name in enumerate(_FIELDS)}
@@ -170,21 +174,33 @@ def staging_layout(max_bs: int, max_num_tokens: int) -> dict:
 
 # %% ../nbs/13_fused_decode.ipynb #6f7d661c
 _STAGED = _F['staged']
+assert (_F['slot'], _F['ticket']) == (_STAGED + 1, _STAGED + 2)   # the copy reads the three side by side
 _STAGE_PROGRAMS, _STAGE_BLOCK = 4, 1024   # a decode step stages about 2K ints: a few programs, one round each
 
 @triton.jit
-def _stage_kernel(src, dst, AT: tl.constexpr, BLOCK: tl.constexpr):
+def _stage_kernel(src, dst, done, AT: tl.constexpr, BLOCK: tl.constexpr, ONCE: tl.constexpr):
     # src: a pinned host slot, loaded over PCIe through its device mapping; dst: the device staging area
+    # done: int32 [4], pinned host: the slots' done flags, then the ticket of the last step run twice (ONCE only)
     n = tl.load(src + AT)                  # ints to copy: the slot's own `staged` field, not a launch argument
+    spent = False
+    if ONCE:                               # a step already run (its ticket in its slot's flag) runs again as no step
+        slot, ticket = tl.load(src + AT + 1), tl.load(src + AT + 2)
+        spent = tl.load(done + slot, mask=(slot >= 0) & (slot < 3), other=0) >= ticket
+        if spent:
+            n = tl.minimum(n, 64)          # the header only: the per-step counts below become zeros
+            if tl.program_id(0) == 0: tl.store(done + 3, ticket)     # and the host hears of it
     for i in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = i + tl.arange(0, BLOCK)
         m = offs < n
-        tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+        v = tl.load(src + offs, mask=m)
+        if ONCE: v = tl.where(spent & (offs < AT), 0, v)    # batch, tokens, flags: 0; staged, slot, ticket kept
+        tl.store(dst + offs, v, mask=m)
 
 # %% ../nbs/13_fused_decode.ipynb #26d6a417
-def _stage_copy(dst: torch.Tensor, src: torch.Tensor):
-    "Copy the first `src[_STAGED]` ints of the host slot `src` into the device staging area `dst` (one launch)."
-    _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, AT=_STAGED, BLOCK=_STAGE_BLOCK)
+def _stage_copy(dst: torch.Tensor, src: torch.Tensor, done: torch.Tensor | None = None):
+    "Copy the first `src[_STAGED]` ints of the host slot `src` into the device staging area `dst` (one launch; `done`: see below)."
+    _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, src if done is None else done, AT=_STAGED, BLOCK=_STAGE_BLOCK,
+                                      ONCE=done is not None)
 
 # %% ../nbs/13_fused_decode.ipynb #e0075b11
 # written every step
@@ -198,53 +214,55 @@ H_HAS_MAMBA_DATA = tl.constexpr(6)
 H_DUMMY_ROWS = tl.constexpr(7)
 H_DUMMY_SEQ_LEN = tl.constexpr(8)
 H_SHIFTED_AT = tl.constexpr(9)
+H_STAGED = tl.constexpr(10)          # read by the staging copy
+H_SLOT = tl.constexpr(11)            # the kernel writes the ticket into done[slot]
+H_TICKET = tl.constexpr(12)
 
 # written when the step is bound to its runtime state (or built)
-H_MAX_BS = tl.constexpr(10)
-H_MAX_NUM_TOKENS = tl.constexpr(11)
-H_VOCAB_SIZE = tl.constexpr(12)
-H_NUM_POOL = tl.constexpr(13)
-H_FIM_STRIDE = tl.constexpr(14)
-H_FIM_WIDTH = tl.constexpr(15)
-H_TABLE_STRIDE0 = tl.constexpr(16)
-H_TABLE_STRIDE1 = tl.constexpr(17)
-H_TABLE_ROWS = tl.constexpr(18)
-H_TABLE_COLS = tl.constexpr(19)
-H_PAGE_SIZE = tl.constexpr(20)
-H_DUMMY_KV_SLOT = tl.constexpr(21)
-H_STATE_WRITE_PAD = tl.constexpr(22)
-H_PAD_TOKEN_ID = tl.constexpr(23)
-H_HAS_MAMBA_BUFFERS = tl.constexpr(24)
+H_MAX_BS = tl.constexpr(13)
+H_MAX_NUM_TOKENS = tl.constexpr(14)
+H_VOCAB_SIZE = tl.constexpr(15)
+H_NUM_POOL = tl.constexpr(16)
+H_FIM_STRIDE = tl.constexpr(17)
+H_FIM_WIDTH = tl.constexpr(18)
+H_TABLE_STRIDE0 = tl.constexpr(19)
+H_TABLE_STRIDE1 = tl.constexpr(20)
+H_TABLE_ROWS = tl.constexpr(21)
+H_TABLE_COLS = tl.constexpr(22)
+H_PAGE_SIZE = tl.constexpr(23)
+H_DUMMY_KV_SLOT = tl.constexpr(24)
+H_STATE_WRITE_PAD = tl.constexpr(25)
+H_PAD_TOKEN_ID = tl.constexpr(26)
+H_HAS_MAMBA_BUFFERS = tl.constexpr(27)
 
 # %% ../nbs/13_fused_decode.ipynb #f2861c27
 # offsets of the buffers in the slab (elements of each buffer's dtype)
-H_O_INPUT_IDS = tl.constexpr(25)
-H_O_SHIFTED = tl.constexpr(26)
-H_O_INPUT_LENGTHS = tl.constexpr(27)
-H_O_OUT_CACHE_LOC = tl.constexpr(28)
-H_O_SEQ_LENS = tl.constexpr(29)
-H_O_EXTEND_PREFIX = tl.constexpr(30)
-H_O_EXTEND_SEQ = tl.constexpr(31)
-H_O_MAMBA0 = tl.constexpr(32)
-H_O_MAMBA1 = tl.constexpr(33)
-H_O_MAMBA2 = tl.constexpr(34)
-H_O_MAMBA3 = tl.constexpr(35)
-H_O_POSITIONS = tl.constexpr(36)
-H_O_MROPE = tl.constexpr(37)
-H_O_REQ_POOL = tl.constexpr(38)
-H_O_STATE_WRITE = tl.constexpr(39)
-H_O_FORCE = tl.constexpr(40)
+H_O_INPUT_IDS = tl.constexpr(28)
+H_O_SHIFTED = tl.constexpr(29)
+H_O_INPUT_LENGTHS = tl.constexpr(30)
+H_O_OUT_CACHE_LOC = tl.constexpr(31)
+H_O_SEQ_LENS = tl.constexpr(32)
+H_O_EXTEND_PREFIX = tl.constexpr(33)
+H_O_EXTEND_SEQ = tl.constexpr(34)
+H_O_MAMBA0 = tl.constexpr(35)
+H_O_MAMBA1 = tl.constexpr(36)
+H_O_MAMBA2 = tl.constexpr(37)
+H_O_MAMBA3 = tl.constexpr(38)
+H_O_POSITIONS = tl.constexpr(39)
+H_O_MROPE = tl.constexpr(40)
+H_O_REQ_POOL = tl.constexpr(41)
+H_O_STATE_WRITE = tl.constexpr(42)
+H_O_FORCE = tl.constexpr(43)
 
-# offsets of the staging sections (int32 elements from the header), the staged count, the table order
-H_S_POOL = tl.constexpr(41)
-H_S_OVERRIDE = tl.constexpr(42)
-H_S_MAMBA = tl.constexpr(43)
-H_S_LENGTHS = tl.constexpr(44)
-H_S_EXTEND_PREFIX = tl.constexpr(45)
-H_S_IDS = tl.constexpr(46)
-H_S_CACHE_START = tl.constexpr(47)
-H_STAGED = tl.constexpr(48)
-H_TABLE_BATCH_ORDER = tl.constexpr(49)
+# offsets of the staging sections (int32 elements from the header), the table order
+H_S_POOL = tl.constexpr(44)
+H_S_OVERRIDE = tl.constexpr(45)
+H_S_MAMBA = tl.constexpr(46)
+H_S_LENGTHS = tl.constexpr(47)
+H_S_EXTEND_PREFIX = tl.constexpr(48)
+H_S_IDS = tl.constexpr(49)
+H_S_CACHE_START = tl.constexpr(50)
+H_TABLE_BATCH_ORDER = tl.constexpr(51)
 
 # %% ../nbs/13_fused_decode.ipynb #b74dfe44
 _PAD = {r.name: r.value for r in PADDING}
@@ -379,6 +397,7 @@ def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the in
                  input_map_ptr,  # int32 [num_pool, fim_stride]: future_input_map, rewritten in place by overrides
                  ready_ptr,  # bool [num_pool]: remote_spec_candidate_ready, cleared by overrides
                  table_ptr,  # int32/int64 [table_rows, table_cols]: req_to_page, pool- or batch-ordered
+                 done_ptr,   # int32 [4]: the host slots' done flags, then a re-run report (pinned host memory)
                  WP: tl.constexpr):   # the header's fim_width rounded up to a power of two
     # ---- the header, once, by name ----
     B, E, P = tl.load(s32 + H_BATCH), tl.load(s32 + H_NUM_EXTENDS), tl.load(s32 + H_PREFILL_TOKENS)
@@ -403,8 +422,11 @@ def _fill_kernel(s32,        # int32 [slab]: header, staging sections and the in
     S_POOL, S_OVR, S_MAMBA = tl.load(s32 + H_S_POOL), tl.load(s32 + H_S_OVERRIDE), tl.load(s32 + H_S_MAMBA)
     S_LEN, S_EPRE, S_IDS = tl.load(s32 + H_S_LENGTHS), tl.load(s32 + H_S_EXTEND_PREFIX), tl.load(s32 + H_S_IDS)
     S_CSTART = tl.load(s32 + H_S_CACHE_START)
-    # ---- the four parts ----
     pid, G = tl.program_id(0), tl.num_programs(0)
+    # ---- the slot's copy has run (this kernel follows it): tell the host, which may now rewrite the slot ----
+    slot = tl.load(s32 + H_SLOT)
+    tl.store(done_ptr + slot, tl.load(s32 + H_TICKET), mask=(pid == 0) & (slot >= 0) & (slot < 3))
+    # ---- the four parts ----
     rows = pid * 64 + tl.arange(0, 64)                    # this program's requests: every buffer row they own
     pool64, ok, cache = _request_rows(s32, s64, cache_len_ptr, rows, B, E, L, MAX_BS, NPOOL, drows, dseq, pad_sw,
                                       S_POOL, S_LEN, S_EPRE, S_CSTART, O_RPOOL, O_SW, O_ILEN, O_SEQ, O_EPRE, O_ESEQ)
@@ -429,14 +451,20 @@ class FusedDecodeStep:
         self._host = host_full((3, layout['end']), 0, torch.int32)      # pinned once: two ring slots + one for capture
         self._np = [self._host[i].numpy() for i in range(3)]         # numpy views: struct packs into them
         self._u32 = [a.view('uint32') for a in self._np]             # negative pool indices read as huge: one range check
-        self._events = [new_event(self.device, external=True) for _ in range(2)]   # recorded inside the slots' graphs
-        self._next = 0
+        self._mv = [memoryview(a) for a in self._np]                   # int views: a slice's tolist() without numpy
+        self._done = host_full((4,), 0, torch.int32)   # per slot: the ticket of the last step whose copy ran (kernel-written)
+        self._done_mv = memoryview(self._done.numpy())   # read as Python ints, no numpy call
+        self._tickets, self._want, self._ticket = [0, 0, 0], [0, 0, 0], 0   # per slot: packed, launched; the last issued
+        self._binds, self._captured_at, self._reran = 0, -1, 0   # binds so far; the bind issue_captured saw; done[3] read
+        self._graphed = HAS_ACCEL and is_accel(self.device)      # captures are graphs (on a CPU: the function itself)
+        self._next, self._staged_slot = 0, None
         slab = buffers.slab
         self._views = (slab.view(torch.int32), slab.view(torch.int64), slab.view(torch.bool))
         self._dev = buffers.scratch                                  # the device staging area: the slab's first bytes
         self._slots = [self._host[s] for s in range(3)]              # views made once: a step slices nothing
+        self._prefill_starts = torch.empty(self.max_bs, dtype=torch.int32, device=self.device)   # the prefill rows' starts
         self.grid = (max(cdiv(self.max_bs, _ROWS), cdiv(self.max_num_tokens, 4 * _TILE)),)
-        self._structs, self._hdr = {}, struct.Struct('=10i')
+        self._structs, self._hdr = {}, struct.Struct(f'={_F["ticket"] + 1}i')      # the per-step fields, in one pack
         o = buffers.offsets
         mamba = [o.get(n, 0) for n in _MAMBA_BUFS]
         self._write_static(dict(
@@ -454,6 +482,8 @@ class FusedDecodeStep:
         # unbound, the step can still run a dummy decode (no row reads the state): bind tiny placeholders
         z = lambda *s, dt=torch.int32: torch.zeros(s, dtype=dt, device=self.device)
         self._bind(z(1), z(1, 1), z(1, dt=torch.bool), 2, z(1, 1))
+        self._staging = [None, None, None]    # the scheduler's views of the host slots (`decode_slot`), made once
+        self._pool_at = layout['pool']
 
     @staticmethod
     def scratch_size(max_bs: int, max_num_tokens: int) -> int:
@@ -476,7 +506,8 @@ class FusedDecodeStep:
 # %% ../nbs/13_fused_decode.ipynb #935a4dec
 @patch
 def _write_static(self: FusedDecodeStep, fields: dict):
-    for e in self._events: e.synchronize()        # no in-flight copy may read a slot being rewritten
+    for s in (0, 1): self._wait(s)                # no in-flight copy may read a slot being rewritten
+    if self._done_mv[2] < self._tickets[2]: synchronize(self.device)    # the capture slot: as `stage` waits
     for a in self._np:
         for k, v in fields.items(): a[_F[k]] = v
 
@@ -487,10 +518,16 @@ def _bind(self: FusedDecodeStep, cache_lengths, input_map, ready, vocab_size, ta
                             fim_width=input_map.shape[1], table_stride0=table.stride(0), table_stride1=table.stride(1),
                             table_rows=table.shape[0], table_cols=table.shape[1], table_batch_order=int(by_batch)))
     self._state = (cache_lengths, input_map, ready, table, vocab_size, by_batch)
+    self._binds += 1                  # a graph captured before this bind holds the old arguments
     self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
     self._seen = np.zeros(self.num_pool, dtype=np.int32)   # scratch of the duplicate check: one entry per pool row
-    self._args = (*self._views, cache_lengths, input_map, ready, table)     # the launch arguments, built once
+    self._args = (*self._views, cache_lengths, input_map, ready, table, self._done)   # the launch arguments, built once
     self._wp = next_pow2(self.width)
+    b, dev, at = self.buffers, self._dev, self.layout          # the prefill rows' positions and slots (`_issue`)
+    self._prefill_args = (dev[_F['num_extends']:_F['prefill_tokens'] + 1], b.positions_buf, b.out_cache_loc_buf,
+                          self._prefill_starts, dev[at['extend_prefix']:], dev[at['lengths']:], dev[at['cache_start']:],
+                          b.req_pool_indices_buf, table, self.page_size, self.max_bs, self.max_num_tokens,
+                          b.dummy_kv_slot, by_batch)
     self._capture_ring()
 
 # %% ../nbs/13_fused_decode.ipynb #09e63726
@@ -542,11 +579,23 @@ def is_bound_to(self: FusedDecodeStep, valid_cache_lengths, future_input_map, re
 # %% ../nbs/13_fused_decode.ipynb #5c33bcea
 @patch
 def acquire(self: FusedDecodeStep) -> int:
-    "The next host slot, once the copy that last read it has finished."
+    "The next host slot, once the copy that last read it has finished (its done flag shows the slot's ticket)."
     s = self._next
     self._next = 1 - s
-    self._events[s].synchronize()
+    if self._done_mv[s] < self._want[s]: self._wait(s)      # a slot's tickets only grow: >= is done
     return s
+
+@patch
+def _wait(self: FusedDecodeStep, slot: int, timeout: float = 1.0):
+    "Poll ring slot `slot`'s done flag until its last launched copy has run (the GIL released between polls)."
+    t0 = time.monotonic()
+    while self._done_mv[slot] < self._want[slot]:
+        if time.monotonic() - t0 > timeout:        # a long queue ahead, or a failed launch: let the device say which
+            synchronize(self.device)
+            if self._done_mv[slot] < self._want[slot]:
+                raise RuntimeError(f'host slot {slot}: its step (ticket {self._want[slot]}) was launched but its copy '
+                                   f'never ran (done flag {self._done_mv[slot]})')
+        time.sleep(2e-5)
 
 # %% ../nbs/13_fused_decode.ipynb #faf6c1a1
 @patch
@@ -573,9 +622,9 @@ _BUILTIN_ROWS = 128     # batches up to this size are checked with Python's buil
 def check_pools(self: FusedDecodeStep, slot: int, batch: int, name: str = 'req_pool_indices'):
     "Raise `ValueError` if a packed pool index of `slot` is outside `[0, num_pool)` or appears twice."
     if not batch: return
-    at = self.layout['pool']
+    at = self._pool_at
     if batch <= _BUILTIN_ROWS:
-        rows = self._np[slot][at:at + batch].tolist()
+        rows = self._mv[slot][at:at + batch].tolist()
         if min(rows) >= 0 and max(rows) < self.num_pool and len(set(rows)) == batch: return
     else:
         rows = self._u32[slot][at:at + batch].astype(np.intp)   # unsigned: a negative index reads as a huge one
@@ -600,20 +649,31 @@ def _pool_error(rows: np.ndarray, num_pool: int, name: str):
 @patch
 def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefill_tokens: int, width: int,
            total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1):
-    "Write the per-step header fields of host slot `slot`, and `staged`: how many ints the step's copy moves."
-    layout, a = self.layout, self._np[slot]
-    self._hdr.pack_into(a, 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, layout['ids'] + prefill_tokens)
-    a[_STAGED] = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
-                  layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
+    "Write the per-step header fields of host slot `slot`: `staged`, how many ints the step's copy moves, and a new ticket."
+    layout = self.layout
+    staged = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
+              layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
+    if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
+    t = self._ticket = self._ticket + 1                    # 1, 2, ...: never below the flags' initial 0
+    self._tickets[slot] = t                                # the flag to wait for, once the slot is launched
+    self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
+                        has_mamba_data, dummy_rows, dummy_seq_len, layout['ids'] + prefill_tokens, staged, slot, t)
+
+# %% ../nbs/13_fused_decode.ipynb #7b02e02f
+@patch
+def _restart_tickets(self: FusedDecodeStep):
+    "Wait for every copy in flight, then count tickets from 0 again with every flag, want and ticket at 0."
+    synchronize(self.device)
+    self._done.zero_()
+    self._tickets[:], self._want[:], self._ticket, self._reran = [0, 0, 0], [0, 0, 0], 0, 0
 
 # %% ../nbs/13_fused_decode.ipynb #cac40aa6
 @patch
-def _issue(self: FusedDecodeStep, slot: int):
-    "The device work of the step in host slot `slot`: the staging copy, the slot's event, the kernel."
-    _stage_copy(self._dev, self._slots[slot])
-    if slot < 2: self._events[slot].record()   # captured: a graph node, so the slot frees as soon as its copy ran
-    _fill_kernel[self.grid](*self._args, WP=self._wp)
+def _issue(self: FusedDecodeStep, slot: int, prefill: bool = False, once: bool = False):
+    "The device work of the step in host slot `slot`: the staging copy, then the kernel (`prefill`: then the prefill rows' positions and slots)."
+    _stage_copy(self._dev, self._slots[slot], self._done if once else None)
+    _fill_kernel[self.grid](*self._args, WP=self._wp)        # first writes the slot's done flag: the copy has run
+    if prefill: launch_positions_and_slots_counted(*self._prefill_args)   # counts from the staged header
 
 # %% ../nbs/13_fused_decode.ipynb #83008f85
 @patch
@@ -621,19 +681,25 @@ def _capture_ring(self: FusedDecodeStep):
     "Capture each ring slot's copy + event + kernel once (after every bind), with an empty step in the slot."
     saved = self.buffers.slab.clone()     # the warm-up writes padding everywhere: put every buffer back afterwards
     graphs, me = [], weakref.ref(self)    # the graphs must not hold the step: a dropped step is freed at once
-    for slot in (0, 1):
-        self.header(slot, 0, 0, 0, 0, 0, False, False)   # the warm-up runs this empty step: no row, no state
-        graphs.append(_capture(lambda s=slot: me()._issue(s), device=self.device, direct=True))   # no random numbers
-    self._graphs = graphs
+    for prefill in (False, True):         # a decode step's graph, and a step with prefill rows' (one launch more)
+        for slot in (0, 1):
+            self.header(slot, 0, 0, 0, 0, 0, False, False)   # the warm-up runs this empty step: no row, no state
+            graphs.append(_capture(lambda s=slot, p=prefill: me()._issue(s, p), device=self.device, direct=True))
+    self._graphs, self._prefill_graphs = graphs[:2], graphs[2:]
     self.buffers.slab.copy_(saved)
     synchronize(self.device)   # the warm-up copies read the slots: finish them before a step packs a slot again
+    self._want[:2] = self._done_mv[:2].tolist()   # nothing in flight now: the flags are final (a CPU never ran them)
+    if is_accel(self.device):      # compile the capture slot's copy now: `issue_captured` may first run inside a capture
+        _stage_kernel.warmup(self._slots[2], self._dev, self._done, AT=_STAGED, BLOCK=_STAGE_BLOCK, ONCE=True,
+                             grid=(_STAGE_PROGRAMS,))
 
 # %% ../nbs/13_fused_decode.ipynb #63bb9f12
 @patch
-def launch(self: FusedDecodeStep, slot: int):
-    "Issue the step packed in host slot `slot`: one replay of the slot's captured copy, event and kernel."
-    if slot < 2: self._graphs[slot].replay()
-    else: self._issue(slot)
+def launch(self: FusedDecodeStep, slot: int, prefill: bool = False):
+    "Issue the step packed in host slot `slot`: one replay of the slot's captured copy and kernel (`prefill`: and its launch)."
+    self._want[slot] = self._tickets[slot]       # the slot is free again once the done flag shows this ticket
+    if slot < 2: (self._prefill_graphs if prefill else self._graphs)[slot].replay()
+    else: self._issue(slot, prefill)
 
 # %% ../nbs/13_fused_decode.ipynb #8c22640b
 @patch
@@ -757,39 +823,96 @@ class StagingSlot:
         self.req_pool_indices = a[at['pool']:at['pool'] + B]            # int32 [max_bs]
         self.decode_input_ids = a[at['override']:at['override'] + B]    # int32 [max_bs]: -1, no override
         self.mamba = a[at['mamba']:at['mamba'] + 4 * B].reshape(4, B) if step.buffers.has_mamba else None
+        self._a, self._max_bs, self._structs = a, B, step._structs      # the slot, and the step's struct formats
+        self._at = (4 * at['pool'], 4 * at['override'])                  # byte offsets of the two sections
     def __repr__(self): return f'StagingSlot({self.slot}, max_bs={len(self.req_pool_indices)})'
+
+    def put(self, req_pool_indices: list, decode_input_ids: list | None = None) -> int:
+        "Write the first rows from lists, one `struct` pack each (a list's cheapest write); returns the batch size. A refused list leaves its rows to be written again."
+        n, fmt = len(req_pool_indices), self._structs
+        for name, v, at in (('req_pool_indices', req_pool_indices, self._at[0]), ('decode_input_ids', decode_input_ids, self._at[1])):
+            if v is None: continue
+            k = len(v)
+            if k > self._max_bs: raise ValueError(f'{name} has {k} entries, the slot holds max_bs={self._max_bs}')
+            p = fmt.get(k)
+            if p is None: p = fmt[k] = struct.Struct(f'={k}i')
+            try: p.pack_into(self._a, at, *v)
+            except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
+        return n
 
 # %% ../nbs/13_fused_decode.ipynb #c08ba18e
 @patch
-def decode_slot(self: FusedDecodeStep) -> StagingSlot:
-    "The next host slot as numpy views, once the copy that last read it has run: write a decode step into it."
+def decode_slot(self: FusedDecodeStep, captured: bool = False, replace: bool = False) -> StagingSlot:
+    "The next host slot as numpy views, once the copy that last read it has run (`captured`, `replace`: the capture slot, see below)."
     if not self.bound: raise ValueError('bind the step to its runtime state first: step.bind(...)')
-    s = self.acquire()
-    views = self.__dict__.setdefault('_staging', {})
-    if s not in views: views[s] = StagingSlot(self, s)
+    if not captured: s = self.acquire()
+    elif self._done_mv[3] > self._reran or (self._done_mv[2] < self._tickets[2] and not replace):
+        s = self._captured_slot(replace)     # a report to raise, or a copy to wait for
+    else: s = 2                              # the usual: the last staged step has been copied
+    views = self._staging[s]
+    if views is None: views = self._staging[s] = StagingSlot(self, s)
     self._staged_slot = s
-    return views[s]
+    return views
 
 # %% ../nbs/13_fused_decode.ipynb #85515dbc
 @patch
 def issue_staged_decode(self: FusedDecodeStep, staged: StagingSlot, batch: int, uniform_input_length: int,
                         overrides: bool = False, mamba: bool = False) -> bool:
     "Check and launch the decode step written into `staged` (first `batch` rows); returns whether it had overrides."
-    if not isinstance(staged, StagingSlot) or getattr(self, '_staged_slot', None) != staged.slot:
-        raise ValueError('staged must be the StagingSlot of the latest decode_slot() of this step, not yet issued')
-    self.check_decode(check_int('batch', batch, lo=0), uniform_input_length, None, None)
-    if mamba and not self.buffers.has_mamba: raise ValueError('mamba given but the buffers have no Mamba buffers')
-    s, self._staged_slot = staged.slot, None
+    s, L = self._staged_slot, uniform_input_length
+    if not (type(staged) is StagingSlot and staged.slot == s and type(batch) is int and type(L) is int   # the usual
+            and 0 < batch <= self.max_bs and 0 < L <= self.width and batch * L <= self.max_num_tokens  # step: one test
+            and self.bound and (not mamba or self.buffers.has_mamba)):
+        batch = self._check_staged(staged, batch, L, mamba)                 # anything else: the named refusal
+    if s == 2 and self._captured_at != self._binds and self._graphed: self._refuse_captured()   # (a CPU has no graphs)
+    self._staged_slot = None
     self.check_pools(s, batch, 'req_pool_indices')
     has = False
     if overrides and batch:                # any override (not -1)? builtins up to _BUILTIN_ROWS, as check_pools
-        ids = staged.decode_input_ids[:batch]
-        has = ids.tolist().count(-1) != batch if batch <= _BUILTIN_ROWS else bool((ids != -1).any())
-    L = uniform_input_length
+        at = self.layout['override']
+        has = (self._mv[s][at:at + batch].tolist().count(-1) != batch if batch <= _BUILTIN_ROWS else
+               bool((staged.decode_input_ids[:batch] != -1).any()))
     self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, bool(mamba))
-    if device_checks_enabled(): self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
-    self.launch(s)
+    if _contract.CHECK_DEVICE_VALUES and device_checks_enabled():     # the flag first: no call when off
+        self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
+    if s < 2:                                   # the capture slot's step runs in the engine's graph
+        self._want[s] = self._tickets[s]         # `launch(s)`, written out: a call less per step
+        self._graphs[s].replay()
     return has
+
+@patch
+def _check_staged(self: FusedDecodeStep, staged, batch, uniform_input_length, mamba) -> int:
+    "The checks of `issue_staged_decode` one by one, each with its message: returns `batch` as an int, or raises."
+    if not isinstance(staged, StagingSlot) or self._staged_slot != staged.slot:
+        raise ValueError('staged must be the StagingSlot of the latest decode_slot() of this step, not yet issued')
+    batch = check_int('batch', batch, lo=0)
+    self.check_decode(batch, uniform_input_length, None, None)
+    if mamba and not self.buffers.has_mamba: raise ValueError('mamba given but the buffers have no Mamba buffers')
+    return batch
+
+# %% ../nbs/13_fused_decode.ipynb #f59b205e
+@patch
+def issue_captured(self: FusedDecodeStep):
+    "Call inside the function an engine captures: each replay of its graph then runs the capture slot's step first."
+    if self._graphed and not torch.cuda.is_current_stream_capturing(): return   # a capture's warm-up
+    self._captured_at = self._binds
+    self._want[2] = self._tickets[2]
+    self._issue(2, once=True)
+
+@patch
+def _captured_slot(self: FusedDecodeStep, replace: bool = False) -> int:
+    "The capture slot, once the step last staged in it has been copied (`replace`: it was never replayed); raises on a replay without a step."
+    if self._done_mv[3] > self._reran:
+        self._reran = t = self._done_mv[3]
+        raise RuntimeError(f"the engine's graph ran the captured step of ticket {t} a second time, without a new step "
+                           f"staged: that replay ran as no step (every buffer at its padding)")
+    if self._done_mv[2] < self._tickets[2] and not replace: synchronize(self.device)
+    return 2
+
+@patch
+def _refuse_captured(self: FusedDecodeStep):
+    raise ValueError('the capture slot runs inside an engine graph that calls issue_captured(), and none was captured '
+                     'since the last bind: capture the graph again (it holds the tensors of the old binding)')
 
 # %% ../nbs/13_fused_decode.ipynb #46532157
 @patch
@@ -812,17 +935,17 @@ def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_le
     if device_checks_enabled():
         self.check_cache_lengths(req_pool_indices, 'request_pool_indices',
                                  list(prefill_lengths) + [width] * (batch - num_extends), extend_prefix_lens)
-    self.launch(s)
+    self.launch(s, prefill=prefill > 0)      # the prefill rows' positions and slots in the same replay
 
 # %% ../nbs/13_fused_decode.ipynb #14ae766a
 @patch
-def dummy(self: FusedDecodeStep, batch_size: int, total_tokens: int):
-    "A dummy decode: every buffer at its padding value, the first `batch_size` rows with `dummy_decode_seq_len`."
+def dummy(self: FusedDecodeStep, batch_size: int, total_tokens: int, captured: bool = False):
+    "A dummy decode: every buffer at its padding value, the first `batch_size` rows with `dummy_decode_seq_len` (`captured`: staged for the engine's graph)."
     batch_size = check_int('batch_size', batch_size, 0, self.max_bs)
     total_tokens = check_int('total_tokens', total_tokens, 0, self.max_num_tokens)
-    s = self.acquire()
+    s = self._captured_slot() if captured else self.acquire()
     self.header(s, 0, 0, 0, 0, 0, False, False, batch_size, dummy_decode_seq_len(batch_size, total_tokens))
-    self.launch(s)
+    if not captured: self.launch(s)
 
 # %% ../nbs/13_fused_decode.ipynb #13f42095
 def apply_overrides_ref(future_input_map: torch.Tensor, remote_spec_candidate_ready: torch.Tensor,
@@ -872,9 +995,10 @@ def decode_step_ref(buffers: dict, values: dict, valid_cache_lengths, future_inp
 # %% ../nbs/13_fused_decode.ipynb #bf3d78e7
 @patch
 def stage(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, decode_input_ids=None, mamba=None):
-    "Write a decode step into the capture slot (for `capture().replay()`); the previous replay must have finished."
+    "Write a decode step into the capture slot (for `capture().replay()`), once the slot's last copy has run."
     req_pool_indices, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
+    if self._done_mv[2] < self._tickets[2]: synchronize(self.device)    # the last staged step may still be copying
     return self.pack_decode(2, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
 
 # %% ../nbs/13_fused_decode.ipynb #2db74f78

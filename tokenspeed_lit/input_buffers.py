@@ -11,7 +11,7 @@ import torch
 from fastcore.basics import patch
 from .device import as_device
 from .contract import check_positive, check_int, int_list, int_seq, InputTypeError, device_checks_enabled, check_device
-from .positions import compute_positions_and_slots, launch_positions_and_slots
+from .positions import compute_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep, applied_overrides
 
@@ -66,8 +66,7 @@ class InputBuffers:
         self.all_extends_mid_chunk = False
         bufs, layout = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
         self._prefill_rows = (*(bufs.scratch[layout[k]:] for k in ('extend_prefix', 'lengths', 'cache_start')),
-                              bufs.req_pool_indices_buf)
-        self._prefill_starts = torch.empty(bufs.max_bs, dtype=torch.int32, device=bufs.device)
+                              bufs.req_pool_indices_buf)       # for the debug mode's checked positions and slots
 
     @property
     def padded(self) -> PaddedBuffers:
@@ -175,6 +174,17 @@ def _check_step(self: InputBuffers, op, total_tokens, width):
     if total_tokens != n: raise ValueError(f'total_tokens={total_tokens} differs from sum(input_lengths)={n}')
     return batch, num_extends, pools, lens
 
+# %% ../nbs/14_input_buffers.ipynb #537c4a19
+@patch
+def _bound_step(self: InputBuffers, rs: RuntimeStates, req_to_page, table_order: str):
+    step = self.step
+    c, m, r, t, v, by_batch = step._state
+    if not (step.bound and rs.valid_cache_lengths is c and rs.future_input_map is m and rs.remote_spec_candidate_ready
+            is r and req_to_page is t and rs.vocab_size == v and by_batch == (table_order == 'batch')):
+        step.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size,
+                  req_to_page, table_order)
+    return step
+
 # %% ../nbs/14_input_buffers.ipynb #3676e9f2
 @patch
 def _fill_decode(self: InputBuffers, op, batch, width, pools):
@@ -213,10 +223,6 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
         compute_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf,
                                     *(v[:num_extends] for v in self._prefill_rows), req_to_page, step.page_size,
                                     prefill, bufs.dummy_kv_slot, table_order=table_order)
-    elif prefill:                     # the prefill rows' positions and KV slots: one launch, over buffers we own
-        launch_positions_and_slots(bufs.positions_buf, bufs.out_cache_loc_buf, self._prefill_starts,
-                                   *self._prefill_rows, req_to_page, step.page_size, num_extends, prefill,
-                                   bufs.dummy_kv_slot, table_order == 'batch')
     self.all_extends_mid_chunk = num_extends == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return overrides
 
@@ -225,10 +231,7 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
 def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
                        total_tokens: int, table_order: str = 'pool'):
     "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None`."
-    step, states = self.step, runtime_states
-    state = (states.valid_cache_lengths, states.future_input_map, states.remote_spec_candidate_ready, states.vocab_size)
-    if not step.is_bound_to(*state, req_to_page, table_order):
-        step.bind(*state, req_to_page, table_order)
+    step = self._bound_step(runtime_states, req_to_page, table_order)
     width = step.width
     batch, num_extends, pools, lens = self._check_step(forward_op, total_tokens, width)
     if num_extends == 0: return self._fill_decode(forward_op, batch, width, pools)
@@ -236,26 +239,30 @@ def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states
 
 # %% ../nbs/14_input_buffers.ipynb #1389ec33
 @patch
-def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int):
-    "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request."
-    self.step.dummy(batch_size, total_tokens)
+def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int, captured: bool = False):
+    "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request (`captured`: staged for the engine's graph)."
+    self.step.dummy(batch_size, total_tokens, captured)
 
 # %% ../nbs/14_input_buffers.ipynb #8b474fb4
 @patch
-def decode_slot(self: InputBuffers):
-    "A free host slot of the step (numpy views), for a scheduler that writes a decode step straight into staging."
-    return self.step.decode_slot()
+def decode_slot(self: InputBuffers, captured: bool = False, replace: bool = False):
+    "A free host slot of the step (numpy views), for a scheduler that writes a decode step straight into staging (`captured`, `replace`: see below)."
+    return self.step.decode_slot(captured, replace)
 
 @patch
 def fill_staged_decode(self: InputBuffers, staged, batch: int, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
                        table_order: str = 'pool', overrides: bool = False) -> bool:
     "Issue the decode step of `batch` rows written into `staged` (from `decode_slot`); returns whether it had overrides."
-    step, states = self.step, runtime_states
-    state = (states.valid_cache_lengths, states.future_input_map, states.remote_spec_candidate_ready, states.vocab_size)
-    if not step.is_bound_to(*state, req_to_page, table_order): step.bind(*state, req_to_page, table_order)
+    step = self._bound_step(runtime_states, req_to_page, table_order)
     has = step.issue_staged_decode(staged, batch, step.width, overrides)
     self.all_extends_mid_chunk = False
     return has
+
+# %% ../nbs/14_input_buffers.ipynb #289d6df8
+@patch
+def issue_captured(self: InputBuffers):
+    "Call inside the capture of the engine's decode graph, before its forward: each replay first runs the step staged with `decode_slot(captured=True)`."
+    self.step.issue_captured()
 
 # %% ../nbs/14_input_buffers.ipynb #4662e0bd
 from .positions import compute_positions_ref, compute_out_cache_loc_ref

@@ -13,8 +13,9 @@ import triton.language as tl
 # %% auto #0
 __all__ = ['MAX_TOKENS', 'compute_positions_ref', 'compute_positions', 'positions_launch', 'kv_slot_ref',
            'compute_out_cache_loc_ref', 'check_slots_fit', 'is_batch_order', 'compute_out_cache_loc',
-           'launch_positions_and_slots', 'compute_positions_and_slots', 'compute_out_cache_loc_uniform',
-           'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups', 'compute_out_cache_loc_groups_ref']
+           'launch_positions_and_slots', 'compute_positions_and_slots', 'launch_positions_and_slots_counted',
+           'compute_out_cache_loc_uniform', 'compute_out_cache_loc_sliding', 'compute_out_cache_loc_groups',
+           'compute_out_cache_loc_groups_ref']
 
 # %% ../nbs/10_positions.ipynb #1b5b2335
 def _layout_ref(lens: torch.Tensor, total_tokens: int | None = None):
@@ -77,7 +78,7 @@ def _block_layout(lens_ptr, batch, total_tokens, R: tl.constexpr, CHUNK: tl.cons
     live = req < batch
     lens = tl.load(lens_ptr + req, mask=live, other=0).to(tl.int64)
     lens = tl.minimum(tl.maximum(lens, 0), total_tokens)   # negative: no tokens; huge: no further than the end
-    first = _sum_before(lens_ptr, tl.program_id(0) * R, total_tokens, CHUNK)   # first token of the block
+    first = _sum_before(lens_ptr, tl.minimum(tl.program_id(0) * R, batch), total_tokens, CHUNK)   # the block's first token
     starts = tl.minimum(first + tl.cumsum(lens, axis=0) - lens, total_tokens).to(tl.int32)   # exclusive scan
     end = tl.minimum(first + tl.sum(lens, axis=0), total_tokens).to(tl.int32)
     stop = tl.where(tl.program_id(0) == tl.num_programs(0) - 1, total_tokens, end)   # the last block: the padding
@@ -343,6 +344,30 @@ def compute_positions_and_slots(positions: torch.Tensor, out_cache_loc: torch.Te
                                extend_seq_lens.contiguous(), cache_start.contiguous(), req_pool_indices.contiguous(),
                                req_to_page, page_size, batch, T, dummy_slot, by_batch)
     return positions[:T], out_cache_loc[:T], extend_start_loc[:batch]
+
+# %% ../nbs/10_positions.ipynb #f4ba4a96
+@triton.jit(do_not_specialize=['max_batch', 'max_tokens'] + _RUNTIME_INTS[2:])
+def _positions_slots_counted_kernel(counts_ptr,   # int32 [2], device: (requests, tokens) of the step
+                                    lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr,
+                                    loc_ptr, max_batch, max_tokens, stride_row, stride_col, num_rows, width, page_size,
+                                    dummy, BATCH_ROWS: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
+                                    CHUNK: tl.constexpr):
+    batch = tl.minimum(tl.maximum(tl.load(counts_ptr), 0), max_batch)           # no more rows than the buffers hold
+    total = tl.minimum(tl.maximum(tl.load(counts_ptr + 1), 0), max_tokens)      # no more tokens than the outputs
+    _ragged(lens_ptr, prefix_ptr, pos_ptr, start_ptr, cache_start_ptr, pool_ptr, table_ptr, loc_ptr,
+            batch, total, stride_row, stride_col, num_rows, width, page_size, dummy, True, True, BATCH_ROWS, R, C, CHUNK)
+
+_positions_slots_counted = FastLaunch(_positions_slots_counted_kernel)
+
+def launch_positions_and_slots_counted(counts, positions, out_cache_loc, extend_start_loc, extend_prefix_lens,
+                                       extend_seq_lens, cache_start, req_pool_indices, req_to_page, page_size: int,
+                                       max_batch: int, max_tokens: int, dummy_slot: int = 0, by_batch: bool = False):
+    "`launch_positions_and_slots` with the step's counts read from `counts` on the device (for a captured graph)."
+    grid = (max(1, cdiv(max_batch, _R)), max(1, cdiv(max_tokens, 8 * _C)))   # one block at least: padding, no rows
+    _positions_slots_counted(grid, counts, extend_seq_lens, extend_prefix_lens, positions, extend_start_loc, cache_start,
+                             req_pool_indices, req_to_page, out_cache_loc, max_batch, max_tokens,
+                             *req_to_page.stride(), *req_to_page.shape, page_size, dummy_slot,
+                             BATCH_ROWS=by_batch, R=_R, C=_C, CHUNK=_CHUNK)
 
 # %% ../nbs/10_positions.ipynb #8b023dda
 @triton.jit(do_not_specialize=['batch', 'L', 'stride_row', 'stride_col', 'num_rows', 'width', 'page_size', 'dummy'])
