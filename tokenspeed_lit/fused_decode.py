@@ -828,7 +828,7 @@ class StagingSlot:
     def __repr__(self): return f'StagingSlot({self.slot}, max_bs={len(self.req_pool_indices)})'
 
     def put(self, req_pool_indices: list, decode_input_ids: list | None = None) -> int:
-        "Write the first rows from lists, one `struct` pack each (a list's cheapest write); returns the batch size. A refused list leaves its rows to be written again."
+        "Write the first rows from lists, one `struct` pack each; returns the batch size. A refused list leaves its rows to be written again."
         n, fmt = len(req_pool_indices), self._structs
         for name, v, at in (('req_pool_indices', req_pool_indices, self._at[0]), ('decode_input_ids', decode_input_ids, self._at[1])):
             if v is None: continue
