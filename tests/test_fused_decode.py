@@ -201,12 +201,17 @@ def test_capture_replay_equals_eager(steps, seed):
             assert torch.equal(a, b)
 
 
+def _small_step(seed, W=2, vocab=40):
+    "A step of 4 rows and 8 tokens bound to a random state of 10 pool rows: (step, [cache lengths, input map, ready, table])."
+    state = make_state(_gen(seed), 10, W, vocab)
+    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
+    return step.bind(state[0], state[1], state[2], vocab, state[3]), state
+
+
 @given(st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=8), st.integers(0, 2**31 - 1))
 def test_done_flags_show_each_launched_ticket(steps, seed):
     "After every step a ring slot's done flag holds the ticket that step packed; a slot is reused only once it does."
-    state = make_state(_gen(seed), 10, 1, 40)
-    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
-    step.bind(state[0], state[1], state[2], 40, state[3])
+    step, state = _small_step(seed, W=1)
     tickets = set()
     for batch, staged in steps:
         if staged:
@@ -255,9 +260,7 @@ def test_step_inside_an_engine_graph_matches_reference(case):
 def test_a_replay_without_a_new_step_runs_no_step_and_is_reported():
     "A second replay of the same staged step leaves the state alone, writes padding, and the next staging names it."
     from tokenspeed_lit.graphs import capture
-    vcl, fim, ready, table = make_state(_gen(3), 10, 2, 40)
-    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
-    step.bind(vcl, fim, ready, 40, table)
+    step, (vcl, fim, ready, table) = _small_step(3)
     graph = capture(step.issue_captured, DEV)
     sl = step.decode_slot(captured=True); sl.req_pool_indices[:2] = [3, 4]; sl.decode_input_ids[:2] = [7, -1]
     assert step.issue_staged_decode(sl, 2, 2, overrides=True)
@@ -283,9 +286,7 @@ def test_a_replay_without_a_new_step_runs_no_step_and_is_reported():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='a CPU capture is the function itself: it holds no arguments')
 def test_staging_for_a_graph_older_than_the_binding_is_refused():
     from tokenspeed_lit.graphs import capture
-    vcl, fim, ready, table = make_state(_gen(4), 10, 2, 40)
-    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
-    step.bind(vcl, fim, ready, 40, table)
+    step, (vcl, fim, ready, table) = _small_step(4)
     step.issue_captured()                                 # outside a capture on a GPU: nothing, not even a record
     sl = step.decode_slot(captured=True)
     with pytest.raises(ValueError, match='none was captured since the last bind'): step.issue_staged_decode(sl, 0, 1)
@@ -298,9 +299,7 @@ def test_staging_for_a_graph_older_than_the_binding_is_refused():
 
 def test_a_copy_that_never_runs_is_an_error_not_a_hang():
     "A slot whose launched copy never reports is refused after the wait's timeout, naming the slot and its ticket."
-    state = make_state(_gen(0), 10, 1, 40)
-    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
-    step.bind(state[0], state[1], state[2], 40, state[3])
+    step, _ = _small_step(0, W=1)
     step._want[0] = step._tickets[0] + 7              # as if a launch of slot 0 had been lost
     with pytest.raises(RuntimeError, match=f'host slot 0: its step \\(ticket {step._want[0]}\\) was launched but its copy never ran'):
         step._wait(0, timeout=0.05)

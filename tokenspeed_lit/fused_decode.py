@@ -507,7 +507,7 @@ class FusedDecodeStep:
 @patch
 def _write_static(self: FusedDecodeStep, fields: dict):
     for s in (0, 1): self._wait(s)                # no in-flight copy may read a slot being rewritten
-    if self._done_mv[2] < self._tickets[2]: synchronize(self.device)    # the capture slot: as `stage` waits
+    self._wait_capture_slot()
     for a in self._np:
         for k, v in fields.items(): a[_F[k]] = v
 
@@ -584,6 +584,11 @@ def acquire(self: FusedDecodeStep) -> int:
     self._next = 1 - s
     if self._done_mv[s] < self._want[s]: self._wait(s)      # a slot's tickets only grow: >= is done
     return s
+
+@patch
+def _wait_capture_slot(self: FusedDecodeStep):
+    "The capture slot's wait: its replays are the engine's, so a lagging flag (queued, or never replayed) syncs the device."
+    if self._done_mv[2] < self._tickets[2]: synchronize(self.device)
 
 @patch
 def _wait(self: FusedDecodeStep, slot: int, timeout: float = 1.0):
@@ -906,7 +911,7 @@ def _captured_slot(self: FusedDecodeStep, replace: bool = False) -> int:
         self._reran = t = self._done_mv[3]
         raise RuntimeError(f"the engine's graph ran the captured step of ticket {t} a second time, without a new step "
                            f"staged: that replay ran as no step (every buffer at its padding)")
-    if self._done_mv[2] < self._tickets[2] and not replace: synchronize(self.device)
+    if not replace: self._wait_capture_slot()
     return 2
 
 @patch
@@ -998,7 +1003,7 @@ def stage(self: FusedDecodeStep, req_pool_indices, uniform_input_length: int, de
     "Write a decode step into the capture slot (for `capture().replay()`), once the slot's last copy has run."
     req_pool_indices, decode_input_ids, mamba = self.decode_lists(req_pool_indices, decode_input_ids, mamba)
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
-    if self._done_mv[2] < self._tickets[2]: synchronize(self.device)    # the last staged step may still be copying
+    self._wait_capture_slot()                  # the last staged step may still be copying
     return self.pack_decode(2, req_pool_indices, uniform_input_length, decode_input_ids, mamba)
 
 # %% ../nbs/13_fused_decode.ipynb #2db74f78
