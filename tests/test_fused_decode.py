@@ -571,3 +571,21 @@ def test_check_pools_on_both_paths(batch, num_pool, kind, data):
     if want is None: step.check_pools(0, len(rows))
     else:
         with pytest.raises(ValueError, match=re.escape(want)): step.check_pools(0, len(rows))
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.booleans()), min_size=1, max_size=8))
+def test_put_writes_what_the_views_hold(puts):
+    "StagingSlot.put writes the rows the views then hold, both the first time for a size (a pack per list) and after (one pack); refusals named."
+    step, _ = _small_step(5)
+    for n, with_overrides, bad in puts:
+        sl = step.decode_slot()
+        pools, ovr = list(range(1, n + 1)), ([-1, 7, 3, 9][:n] if with_overrides else None)
+        if bad and n:
+            name = 'decode_input_ids' if with_overrides else 'req_pool_indices'
+            args = (pools, ovr[:-1] + [2**31]) if with_overrides else (pools[:-1] + [-2**31 - 1], ovr)
+            with pytest.raises(ValueError, match=f'{name} must hold int32 integers'): sl.put(*args)
+        assert sl.put(pools, ovr) == n
+        assert sl.req_pool_indices[:n].tolist() == pools
+        if with_overrides: assert sl.decode_input_ids[:n].tolist() == ovr
+        step.issue_staged_decode(sl, n, 1, overrides=with_overrides)
+    synchronize(DEV)

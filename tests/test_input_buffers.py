@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from tokenspeed_lit.device import default_device
 from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit.contract import device_value_checks
-from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
+from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref, _UNUSUAL
 from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
                                     dummy_decode_seq_len, clamp_token_ids_)
 
@@ -218,6 +218,11 @@ _BAD = [
     (lambda: (_mixed(input_lengths=[2.5, 2.0]), 5), 'input_lengths must hold integers, got [2.5, 2.0]'),
     (lambda: (ForwardOp(3, [1], [2]), 2), 'request_ids must be a sequence, got int'),
     (lambda: (_mixed(input_ids=[5, 2**33, 7]), 5), 'input_ids must hold int32 integers'),
+    (lambda: (_mixed(prefill_lengths=[2]), 5), 'extend_prefix_lens[0] + input_lengths[0] = 0 + 3 goes past prefill_lengths[0] = 2'),
+    (lambda: (_mixed(decode_input_ids=[2**31]), 5), 'decode_input_ids must hold int32 integers'),
+    (lambda: (_mixed(request_pool_indices=[3, 2.0]), 5), 'request_pool_indices must hold int32 integers'),
+    (lambda: (_mixed(extend_prefix_lens=[None]), 5), 'extend_prefix_lens must hold integers, got [None]'),
+    (lambda: (_mixed(prefill_lengths=[3.0]), 5), 'prefill_lengths must hold integers, got [3.0]'),
 ]
 
 
@@ -361,6 +366,36 @@ def test_fill_batch_order_equals_pool_order(case):
             assert torch.equal(x, y)
 
 
+@KERNEL
+@given(st.sampled_from([1, 4, 9]), st.integers(1, 3), st.integers(0, 2**31 - 1), st.data())
+def test_the_usual_step_fills_what_the_named_checks_fill(max_bs, W, seed, data):
+    "A step from lists through `_fill_usual` (one test, one pack) writes what the named checks and the fixed layout write."
+    # (token ids as lists here; as int32 arrays in test_token_ids_as_int32_arrays_take_the_usual_path)
+    max_tok, pool_rows, vocab = 4 * max_bs, max_bs + 3, 40
+    ops = data.draw(st.lists(forward_ops(max_bs, max_tok, W, pool_rows, vocab, False), min_size=1, max_size=3))
+    out = []
+    for usual in (True, False):
+        rs, table = make_states(seed, pool_rows, W, vocab)
+        ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV)
+        took, fill_usual = [], ib._fill_usual
+        def spy(*a):
+            r = fill_usual(*a); took.append(r is not _UNUSUAL); return r
+        ib._fill_usual = spy if usual else (lambda *a: _UNUSUAL)      # the usual way, or every step the named way
+        got = []
+        for _, op, total in ops:
+            ib.poison_(POISON)
+            got.append((ib.fill_input_buffers(op, rs, table, total), ib.all_extends_mid_chunk))
+            synchronize(DEV)
+            got.append(({k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
+        assert took == ([len(op.request_ids) > 0 for _, op, _ in ops] if usual else [])   # every step but an empty one
+        out.append(got)
+    for a, b in zip(*out):
+        if isinstance(a[0], dict):
+            for k, v in a[0].items(): assert torch.equal(v, b[0][k]), k
+            for x, y in zip(a[1], b[1]): assert torch.equal(x, y)
+        else: assert a == b
+
+
 def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
     "The debug mode's checked launch of the prefill rows writes what the unchecked one writes."
     snaps = []
@@ -389,8 +424,10 @@ def test_a_staged_decode_step_fills_what_the_list_step_fills(B, W, with_override
         ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)           # bind (an empty decode step)
         if staged:
             sl = ib.decode_slot()
-            sl.req_pool_indices[:B] = pools
-            if ovr is not None: sl.decode_input_ids[:B] = ovr
+            if data.draw(st.booleans()): sl.put(pools, ovr)      # one struct pack (both lists: one, the gap zeroed)
+            else:
+                sl.req_pool_indices[:B] = pools
+                if ovr is not None: sl.decode_input_ids[:B] = ovr
             ib.fill_staged_decode(sl, B, rs, table, overrides=ovr is not None)
         else: ib.fill_input_buffers(ForwardOp(list(range(B)), pools, [W] * B, decode_input_ids=ovr), rs, table, B * W)
         synchronize(DEV)
@@ -421,3 +458,55 @@ def test_a_staged_step_reports_its_overrides_on_both_paths(B, one_set):
         out.append((bool(got), {k: v.cpu() for k, v in ib.snapshot().items()}))
     assert out[0][0] == out[1][0] == one_set
     for k, v in out[0][1].items(): assert torch.equal(v, out[1][1][k]), k
+
+
+@KERNEL
+@given(st.integers(0, 2**31 - 1), st.data())
+def test_token_ids_as_int32_arrays_take_the_usual_path(seed, data):
+    "Token ids as int32 arrays (an engine that keeps them in arrays) fill what lists fill, on the usual path; other dtypes the named way."
+    max_bs, max_tok, W, pool_rows, vocab = 4, 16, 2, 7, 40
+    _, op, total = data.draw(forward_ops(max_bs, max_tok, W, pool_rows, vocab, False))
+    out = []
+    for i, form in enumerate((list, lambda v: np.array(v, dtype=np.int32), lambda v: np.array(v, dtype=np.int64))):
+        rs, table = make_states(seed, pool_rows, W, vocab)
+        ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1,
+                          device=DEV).poison_(POISON)
+        took, fill_usual = [], ib._fill_usual
+        ib._fill_usual = lambda *a: (lambda r: (took.append(r is not _UNUSUAL), r)[1])(fill_usual(*a))
+        arr_op = ForwardOp(**{**vars(op), 'input_ids': form(op.input_ids), 'shifted_input_ids': form(op.shifted_input_ids)})
+        got = ib.fill_input_buffers(arr_op, rs, table, total)
+        synchronize(DEV)
+        assert took == [len(op.request_ids) > 0 and i < 2], took        # int64 arrays: the named way
+        out.append((got, {k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
+    for got, bufs, state in out[1:]:
+        assert got == out[0][0]
+        for k, v in bufs.items(): assert torch.equal(v, out[0][1][k]), k
+        for a, b in zip(state, out[0][2]): assert torch.equal(a, b)
+
+
+def test_a_decode_step_from_lists_for_the_engine_graph():
+    "captured=True stages a decode step from lists in the capture slot: the engine graph's replay (issue_captured) runs it."
+    from tokenspeed_lit.graphs import capture
+    out = []
+    for captured in (False, True):
+        rs, table = make_states(4, 9, 2, 100)
+        ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_(POISON)
+        ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)           # bind (an empty decode step)
+        graph = capture(ib.issue_captured, DEV)
+        op = _dec([3, 1, 5], decode_input_ids=[-1, 9, -1])
+        assert ib.fill_input_buffers(op, rs, table, 6, captured=captured) == [-1, 9, -1]
+        if captured: graph.replay()
+        synchronize(DEV)
+        out.append(({k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
+        if captured:
+            with pytest.raises(ValueError, match='captured=True stages a decode step for the engine graph, but the '
+                                                 'step has 1 prefill rows'):
+                ib.fill_input_buffers(_mixed(), rs, table, 5, captured=True)
+            graph.replay(); synchronize(DEV)                      # no new step: reported by the next staging
+            with pytest.raises(RuntimeError, match='a second time'): ib.fill_input_buffers(op, rs, table, 6, captured=True)
+            ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
+            ib.fill_input_buffers(_dec([2, 6]), rs, table, 4, captured=True, replace=True)   # never replayed: restaged
+            graph.replay(); synchronize(DEV)
+            assert ib.req_pool_indices_buf.tolist()[:3] == [2, 6, 0]
+    for k, v in out[0][0].items(): assert torch.equal(v, out[1][0][k]), k
+    for a, b in zip(out[0][1], out[1][1]): assert torch.equal(a, b)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, math, os, platform, random, signal
 import socket, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
+import numpy as np
 import torch
 from typing import Callable
 from fastcore.basics import patch
@@ -116,6 +117,8 @@ class Request:
     idle_until: int = 0
     drafts: list = field(default_factory=list)      # draft candidates for columns 1.. (host copy)
     ref: Reference | None = None                    # what transformers computes for it (from admission to the end)
+    prompt_ids: np.ndarray | None = None            # int32 [prompt_len]: the prompt (made at admission)
+    shifted_ids: np.ndarray | None = None           # int32 [prompt_len]: the reference's tokens 1 .. prompt_len
 
 # %% ../nbs/31_demo.ipynb #f08e91b2
 def system_prompts(cfg: DemoConfig) -> list:
@@ -310,6 +313,8 @@ def _admit(self: Scheduler):
             r = self.requests[self.arrived]; self.arrived += 1
             r.pool_row, r.state = self.free_rows.pop(), 'prefill'
             r.ref = self._reference(r)
+            r.prompt_ids = np.array(r.tokens[:r.prompt_len], dtype=np.int32)      # once per request, as an engine
+            r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self._write_table_row(r)
             if self.l3 is not None and self.l3.role == 'get': self._l3_load(r)
@@ -346,15 +351,17 @@ def _step_rows(self: Scheduler):
     return rows
 
 # %% ../nbs/31_demo.ipynb #a9856900
+_NO_IDS = np.zeros(0, dtype=np.int32)     # a step without prefill rows feeds no prompt ids
+
 @patch
 def _stage(self: Scheduler, rows):
     "The ForwardOp of `rows`, the rows it overrides, and what every staged buffer must hold afterwards."
     cfg, L, V = self.cfg, self.cfg.verify_width, self.cfg.vocab
     prefill = [(r, n) for r, n, p in rows if p]
     decode = [r for r, n, p in rows if not p]
-    ids, shifted = [], []
-    for r, n in prefill:   # the shifted ids' last one is the token this step samples: the reference's
-        ids += r.tokens[r.cache_len:r.cache_len + n]; shifted += r.ref.tokens[r.cache_len + 1:r.cache_len + n + 1]
+    # the prompt's ids and shifted ids, int32 slices joined (the shifted ids' last: the token this step samples)
+    joined = lambda k: np.concatenate([getattr(r, k)[r.cache_len:r.cache_len + n] for r, n in prefill]) if prefill else _NO_IDS
+    ids, shifted = joined('prompt_ids'), joined('shifted_ids')
     overrides, corrupt, not_ready = [], [], []
     for r in decode:
         if self.rng.random() < cfg.p_override:
@@ -586,11 +593,12 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
     self.stats['checks'] += 2
 
 # %% ../nbs/31_demo.ipynb #a55c6708
-_PARTS = ('bind', 'check_pools', 'header')   # the calls fill_staged_decode makes (its step is launched by the forward's graph)
-# the calls a step with prefill rows makes inside fill_input_buffers (the rest is _fill_mixed's own list checks)
-_MIXED_PARTS = ('check_step', 'acquire', 'pack', 'check_pools', 'header', 'launch')   # launch: one replay, positions too
-_PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_decode_slot_us',
-         'prep_decode_write_us', 'prep_decode_fill_us', 'prep_parts_fill_us', 'prep_parts_mixed_us',
+# the calls inside fill_input_buffers (the rest is _fill_usual's one test of the lists): a decode step for the graph
+_PARTS = ('bind', 'pack_lists', 'header')     # (its step is launched by the decode graph's replay)
+_MIXED_PARTS = ('bind', 'acquire', 'pack_lists', 'header', 'launch')   # launch: one replay, positions too
+_PARTS_EVERY = 4     # one step in 4 times the calls inside instead of the span (wrappers cost a little: not in the medians)
+_PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_decode_us',
+         'prep_parts_mixed_us', 'prep_staged_us',
          *(f'prep_part_{p}_us' for p in _PARTS),
          *(f'prep_mixed_part_{p}_us' for p in _MIXED_PARTS))     # per-step host times (us), reduced to medians
 
@@ -611,55 +619,40 @@ def _time_calls(targets) -> tuple[dict, Callable]:
     return got, restore
 
 @patch
-def _prep_decode(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool, captured: bool = True):
-    "A decode step written straight into staging (`captured`: for the decode graph's replay): the slot, the writes and the issue, each timed."
-    clk, st, pools, ovr = time.perf_counter, self.stats, op.request_pool_indices, op.decode_input_ids
-    bufs, states, table = self.bufs, self.states, self.batch_table
-    # Every other decode step times fill_staged_decode's own calls instead (wrappers cost a little: not in the medians)
-    parts = self.cfg.repeat_prep and len(st['prep_decode_us']) > len(st['prep_parts_fill_us'])
-    targets = [(bufs, '_bound_step', 'bind'), (bufs.step, 'check_pools', 'check_pools'), (bufs.step, 'header', 'header')]
-    got, restore = _time_calls(targets) if parts else (None, None)
+def _prep(self: Scheduler, op: ForwardOp, total: int, decode: bool, captured: bool = False):
+    "A step's input preparation, one `fill_input_buffers` call, timed (`captured`: a decode step staged for the decode graph's replay); repeated at once on steps without overrides."
+    fill = lambda replace=False: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch',
+                                                              captured=captured, replace=replace)
+    st, step, clk = self.stats, self.bufs.step, time.perf_counter
+    span, whole, names, prefix = (('prep_decode_us', 'prep_parts_decode_us', _PARTS, 'prep_part_') if decode else
+                                  ('prep_us', 'prep_parts_mixed_us', _MIXED_PARTS, 'prep_mixed_part_'))
+    # One step in _PARTS_EVERY times the calls inside instead (wrappers cost a little: not in the medians)
+    parts = self.cfg.repeat_prep and len(st[span]) >= (_PARTS_EVERY - 1) * (len(st[whole]) + 1)
+    if parts: got, restore = _time_calls([(self.bufs, '_bound_step', 'bind'), *((step, n, n) for n in names[1:])])
     self.in_prep = True
-    t0 = clk(); sl = bufs.decode_slot(captured); t1 = clk()
-    sl.put(pools, ovr if has_overrides else None)          # the scheduler's lists: one struct pack each
-    t2 = clk()
-    bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=has_overrides)
-    t3 = clk()
-    self.in_prep = False
-    if got is not None:
-        restore()
-        st['prep_parts_fill_us'].append(1e6 * (t3 - t2))
-        for p in _PARTS: st[f'prep_part_{p}_us'].append(1e6 * got.get(p, 0.0))
-    else:
-        for k, a, b in (('prep_decode_us', t0, t3), ('prep_decode_slot_us', t0, t1), ('prep_decode_write_us', t1, t2),
-                        ('prep_decode_fill_us', t2, t3)): st[k].append(1e6 * (b - a))
-    if self.cfg.repeat_prep and not has_overrides:        # the same step again at once (captured: restaged in its
-                                                          # slot, `replace`: the first was never replayed)
-        t0 = clk(); sl = bufs.decode_slot(captured, replace=captured); sl.put(pools)   # the first never ran
-        bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=False)
-        st['prep_decode_repeat_us'].append(1e6 * (clk() - t0))
-
-# %% ../nbs/31_demo.ipynb #c420c90c
-@patch
-def _prep_mixed(self: Scheduler, op: ForwardOp, total: int):
-    "A prefill or mixed step through `fill_input_buffers`, timed (and, on steps without overrides, repeated at once)."
-    fill = lambda: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch')
-    st, step = self.stats, self.bufs.step
-    # Every other such step times the calls inside instead (not in the medians), as for decode steps
-    parts = self.cfg.repeat_prep and len(st['prep_us']) > len(st['prep_parts_mixed_us'])
-    if parts:
-        got, restore = _time_calls([(self.bufs, '_check_step', 'check_step'), *((step, n, n) for n in _MIXED_PARTS[1:])])
-    self.in_prep = True
-    t0 = time.perf_counter(); fill(); t1 = time.perf_counter()
+    t0 = clk(); fill(); t1 = clk()
     self.in_prep = False
     if parts:
         restore()
-        st['prep_parts_mixed_us'].append(1e6 * (t1 - t0))
-        for p in _MIXED_PARTS: st[f'prep_mixed_part_{p}_us'].append(1e6 * got.get(p, 0.0))
+        st[whole].append(1e6 * (t1 - t0))
+        for p in names: st[f'{prefix}{p}_us'].append(1e6 * got.get(p, 0.0))
         return
-    st['prep_us'].append(1e6 * (t1 - t0))
-    if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):
-        t0 = time.perf_counter(); fill(); st['prep_repeat_us'].append(1e6 * (time.perf_counter() - t0))
+    st[span].append(1e6 * (t1 - t0))
+    if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):   # the same step again at once
+        t0 = clk(); fill(replace=captured)            # (`replace`: the first was never replayed)
+        st['prep_decode_repeat_us' if decode else 'prep_repeat_us'].append(1e6 * (clk() - t0))
+
+@patch
+def _prep_staged(self: Scheduler, op: ForwardOp, batch: int, has_overrides: bool):
+    "The same decode step written straight into the capture slot instead (`decode_slot`, `StagingSlot.put`, `fill_staged_decode`), timed the same way."
+    bufs, clk = self.bufs, time.perf_counter
+    self.in_prep = True
+    t0 = clk(); sl = bufs.decode_slot(captured=True)
+    sl.put(op.request_pool_indices, op.decode_input_ids if has_overrides else None)
+    bufs.fill_staged_decode(sl, batch, self.states, self.batch_table, table_order='batch', overrides=has_overrides)
+    t1 = clk()
+    self.in_prep = False
+    self.stats['prep_staged_us'].append(1e6 * (t1 - t0))
 
 # %% ../nbs/31_demo.ipynb #d0601b9d
 @patch
@@ -681,8 +674,10 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     for r in not_ready: self.states.remote_spec_candidate_ready[r.pool_row] = False
     total = len(expect['ids'])
     self._batch_tables(rows)
-    if all(not p for _, _, p in rows): self._prep_decode(op, len(rows), bool(corrupt), captured=padded_bs is not None)
-    else: self._prep_mixed(op, total)
+    decode = all(not p for _, _, p in rows)
+    if decode and padded_bs is not None and self.cfg.repeat_prep and self.stats['graph_steps'] % 2:
+        self._prep_staged(op, len(rows), bool(corrupt))     # every other graph step: the staged API, side by side
+    else: self._prep(op, total, decode, captured=decode and padded_bs is not None)
     self._inject(rows, total)
     if padded_bs is not None:    # the graph runs the staged step, then the forward; the groups read the step's buffers
         self._decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1
@@ -836,14 +831,16 @@ def report(stats: dict) -> str:
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "
         f"{stats['host_bytes'] / 1e6:.2f} MB at {gbs:.2f} GB/s",
-        f"input prep per step  median {med('prep_decode_us'):.0f} us decode-only (written into staging: slot "
-        f"{med('prep_decode_slot_us'):.0f} us, writes {med('prep_decode_write_us'):.0f} us, fill_staged_decode "
-        f"{med('prep_decode_fill_us'):.0f} us), {med('prep_us'):.0f} us prefill/mixed (fill_input_buffers), in the loop"
+        f"input prep per step  median {med('prep_decode_us'):.0f} us decode-only (fill_input_buffers, staged for the "
+        f"decode graph), {med('prep_us'):.0f} us prefill/mixed (fill_input_buffers, launched), in the loop"
         + (f"; the same step repeated at once: {med('prep_decode_repeat_us'):.0f} us, {med('prep_repeat_us'):.0f} us"
            if any(med(k) == med(k) for k in ('prep_decode_repeat_us', 'prep_repeat_us')) else ''),   # nan: none
-        *([f"fill_staged_decode   its own calls (median over {stats['prep_parts_fill_us_n']} other decode steps, timed "
-           f"inside): " + ', '.join(f"{p} {med(f'prep_part_{p}_us'):.0f}" for p in _PARTS) +
-           f" us, of {med('prep_parts_fill_us'):.0f} us"] if stats.get('prep_parts_fill_us_n') else []),
+        *([f"staged decode        every other graph step written straight into the capture slot instead (decode_slot, "
+           f"put, fill_staged_decode): median {med('prep_staged_us'):.0f} us over {stats['prep_staged_us_n']} steps"]
+          if stats.get('prep_staged_us_n') else []),
+        *([f"fill_input_buffers   its calls on a decode step (median over {stats['prep_parts_decode_us_n']} other decode "
+           f"steps, timed inside): " + ', '.join(f"{p} {med(f'prep_part_{p}_us'):.0f}" for p in _PARTS) +
+           f" us, of {med('prep_parts_decode_us'):.0f} us"] if stats.get('prep_parts_decode_us_n') else []),
         *([f"fill_input_buffers   its calls on a step with prefill rows (median over {stats['prep_parts_mixed_us_n']} "
            f"other such steps): " + ', '.join(f"{p} {med(f'prep_mixed_part_{p}_us'):.0f}" for p in _MIXED_PARTS) +
            f" us, of {med('prep_parts_mixed_us'):.0f} us"] if stats.get('prep_parts_mixed_us_n') else []),
@@ -1192,12 +1189,11 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                             page_size=cfg.page_size, seed=cfg.seed, fault=cfg.fault),
                 prep_us=dict(decode_median=us('prep_decode_us'), mixed_median=us('prep_us'),
                              decode_hot=us('prep_decode_repeat_us'), mixed_hot=us('prep_repeat_us')),
-                parts=dict(decode=dict(steps=s.get('prep_decode_us_n'), span_us=us('prep_decode_us'),
-                                       slot_us=us('prep_decode_slot_us'), writes_us=us('prep_decode_write_us'),
-                                       fill_staged_decode_us=us('prep_decode_fill_us'), hot_us=us('prep_decode_repeat_us'),
-                                       hot_steps=s.get('prep_decode_repeat_us_n')),
-                           decode_calls=dict(steps=s.get('prep_parts_fill_us_n'),
-                                             fill_staged_decode_us=us('prep_parts_fill_us'),
+                parts=dict(decode=dict(steps=s.get('prep_decode_us_n'), fill_input_buffers_us=us('prep_decode_us'),
+                                       hot_us=us('prep_decode_repeat_us'), hot_steps=s.get('prep_decode_repeat_us_n')),
+                           decode_staged=dict(steps=s.get('prep_staged_us_n'), span_us=us('prep_staged_us')),
+                           decode_calls=dict(steps=s.get('prep_parts_decode_us_n'),
+                                             fill_input_buffers_us=us('prep_parts_decode_us'),
                                              **{f'{p}_us': us(f'prep_part_{p}_us') for p in _PARTS}),
                            mixed=dict(steps=s.get('prep_us_n'), fill_input_buffers_us=us('prep_us'),
                                       hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),

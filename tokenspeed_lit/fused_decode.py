@@ -24,17 +24,17 @@ from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail, dummy_dec
 
 # %% auto #0
 __all__ = ['H_BATCH', 'H_NUM_EXTENDS', 'H_PREFILL_TOKENS', 'H_WIDTH', 'H_TOTAL_TOKENS', 'H_HAS_OVERRIDE', 'H_HAS_MAMBA_DATA',
-           'H_DUMMY_ROWS', 'H_DUMMY_SEQ_LEN', 'H_SHIFTED_AT', 'H_STAGED', 'H_SLOT', 'H_TICKET', 'H_MAX_BS',
-           'H_MAX_NUM_TOKENS', 'H_VOCAB_SIZE', 'H_NUM_POOL', 'H_FIM_STRIDE', 'H_FIM_WIDTH', 'H_TABLE_STRIDE0',
-           'H_TABLE_STRIDE1', 'H_TABLE_ROWS', 'H_TABLE_COLS', 'H_PAGE_SIZE', 'H_DUMMY_KV_SLOT', 'H_STATE_WRITE_PAD',
-           'H_PAD_TOKEN_ID', 'H_HAS_MAMBA_BUFFERS', 'H_O_INPUT_IDS', 'H_O_SHIFTED', 'H_O_INPUT_LENGTHS',
-           'H_O_OUT_CACHE_LOC', 'H_O_SEQ_LENS', 'H_O_EXTEND_PREFIX', 'H_O_EXTEND_SEQ', 'H_O_MAMBA0', 'H_O_MAMBA1',
-           'H_O_MAMBA2', 'H_O_MAMBA3', 'H_O_POSITIONS', 'H_O_MROPE', 'H_O_REQ_POOL', 'H_O_STATE_WRITE', 'H_O_FORCE',
-           'H_S_POOL', 'H_S_OVERRIDE', 'H_S_MAMBA', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS', 'H_S_CACHE_START',
-           'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND', 'PAD_MAMBA',
-           'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused', 'fused_decode_input_prep',
-           'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides', 'StagingSlot',
-           'apply_overrides_ref', 'decode_step_ref']
+           'H_DUMMY_ROWS', 'H_DUMMY_SEQ_LEN', 'H_S_POOL', 'H_S_OVERRIDE', 'H_S_LENGTHS', 'H_S_EXTEND_PREFIX', 'H_S_IDS',
+           'H_SHIFTED_AT', 'H_STAGED', 'H_SLOT', 'H_TICKET', 'H_MAX_BS', 'H_MAX_NUM_TOKENS', 'H_VOCAB_SIZE',
+           'H_NUM_POOL', 'H_FIM_STRIDE', 'H_FIM_WIDTH', 'H_TABLE_STRIDE0', 'H_TABLE_STRIDE1', 'H_TABLE_ROWS',
+           'H_TABLE_COLS', 'H_PAGE_SIZE', 'H_DUMMY_KV_SLOT', 'H_STATE_WRITE_PAD', 'H_PAD_TOKEN_ID',
+           'H_HAS_MAMBA_BUFFERS', 'H_O_INPUT_IDS', 'H_O_SHIFTED', 'H_O_INPUT_LENGTHS', 'H_O_OUT_CACHE_LOC',
+           'H_O_SEQ_LENS', 'H_O_EXTEND_PREFIX', 'H_O_EXTEND_SEQ', 'H_O_MAMBA0', 'H_O_MAMBA1', 'H_O_MAMBA2',
+           'H_O_MAMBA3', 'H_O_POSITIONS', 'H_O_MROPE', 'H_O_REQ_POOL', 'H_O_STATE_WRITE', 'H_O_FORCE', 'H_S_MAMBA',
+           'H_S_CACHE_START', 'H_TABLE_BATCH_ORDER', 'PAD_INPUT_LENGTH', 'PAD_SEQ_LEN', 'PAD_REQ_POOL', 'PAD_EXTEND',
+           'PAD_MAMBA', 'PAD_POSITION', 'fused_decode_input_prep_ref', 'decode_input_prep_unfused',
+           'fused_decode_input_prep', 'staging_layout', 'FusedDecodeStep', 'check_decode_values', 'applied_overrides',
+           'StagingSlot', 'apply_overrides_ref', 'decode_step_ref']
 
 # %% ../nbs/13_fused_decode.ipynb #280759b1
 def fused_decode_input_prep_ref(req_pool_indices: torch.Tensor, valid_cache_lengths: torch.Tensor,
@@ -140,7 +140,10 @@ def fused_decode_input_prep(out_cache_loc: torch.Tensor, positions: torch.Tensor
 _FIELDS = (
     # written every step
     'batch', 'num_extends', 'prefill_tokens', 'width', 'total_tokens', 'has_override', 'has_mamba_data',
-    'dummy_rows', 'dummy_seq_len', 'shifted_at',
+    'dummy_rows', 'dummy_seq_len',
+    # ... where the step's staging sections start (int32 elements from the slot's start): pool indices, overrides,
+    # prefill lengths, prefix lengths, token ids, shifted ids (the fixed layout's, or packed back to back)
+    's_pool', 's_override', 's_lengths', 's_extend_prefix', 's_ids', 'shifted_at',
     # ... and read by the staging copy: how many ints of the slot to copy
     'staged',
     # ... and written back by the kernel into the slot's done flag: which slot this is, the step's ticket
@@ -153,8 +156,8 @@ _FIELDS = (
     'o_input_ids', 'o_shifted', 'o_input_lengths', 'o_out_cache_loc', 'o_seq_lens', 'o_extend_prefix',
     'o_extend_seq', 'o_mamba0', 'o_mamba1', 'o_mamba2', 'o_mamba3', 'o_positions', 'o_mrope', 'o_req_pool',
     'o_state_write', 'o_force',
-    # offsets of the staging sections (int32 elements from the header)
-    's_pool', 's_override', 's_mamba', 's_lengths', 's_extend_prefix', 's_ids', 's_cache_start',
+    # offsets of the Mamba sections and of the device-only cache starts (int32 elements from the slot's start)
+    's_mamba', 's_cache_start',
     # written at bind: 1 when the page table is batch-ordered (row i: batch row i), 0 when pool-indexed
     'table_batch_order')
 _F = {name: i for i, name in enumerate(_FIELDS)}
@@ -213,54 +216,54 @@ H_HAS_OVERRIDE = tl.constexpr(5)
 H_HAS_MAMBA_DATA = tl.constexpr(6)
 H_DUMMY_ROWS = tl.constexpr(7)
 H_DUMMY_SEQ_LEN = tl.constexpr(8)
-H_SHIFTED_AT = tl.constexpr(9)
-H_STAGED = tl.constexpr(10)          # read by the staging copy
-H_SLOT = tl.constexpr(11)            # the kernel writes the ticket into done[slot]
-H_TICKET = tl.constexpr(12)
+H_S_POOL = tl.constexpr(9)           # where this step's sections start
+H_S_OVERRIDE = tl.constexpr(10)
+H_S_LENGTHS = tl.constexpr(11)
+H_S_EXTEND_PREFIX = tl.constexpr(12)
+H_S_IDS = tl.constexpr(13)
+H_SHIFTED_AT = tl.constexpr(14)
+H_STAGED = tl.constexpr(15)          # read by the staging copy
+H_SLOT = tl.constexpr(16)            # the kernel writes the ticket into done[slot]
+H_TICKET = tl.constexpr(17)
 
 # written when the step is bound to its runtime state (or built)
-H_MAX_BS = tl.constexpr(13)
-H_MAX_NUM_TOKENS = tl.constexpr(14)
-H_VOCAB_SIZE = tl.constexpr(15)
-H_NUM_POOL = tl.constexpr(16)
-H_FIM_STRIDE = tl.constexpr(17)
-H_FIM_WIDTH = tl.constexpr(18)
-H_TABLE_STRIDE0 = tl.constexpr(19)
-H_TABLE_STRIDE1 = tl.constexpr(20)
-H_TABLE_ROWS = tl.constexpr(21)
-H_TABLE_COLS = tl.constexpr(22)
-H_PAGE_SIZE = tl.constexpr(23)
-H_DUMMY_KV_SLOT = tl.constexpr(24)
-H_STATE_WRITE_PAD = tl.constexpr(25)
-H_PAD_TOKEN_ID = tl.constexpr(26)
-H_HAS_MAMBA_BUFFERS = tl.constexpr(27)
+H_MAX_BS = tl.constexpr(18)
+H_MAX_NUM_TOKENS = tl.constexpr(19)
+H_VOCAB_SIZE = tl.constexpr(20)
+H_NUM_POOL = tl.constexpr(21)
+H_FIM_STRIDE = tl.constexpr(22)
+H_FIM_WIDTH = tl.constexpr(23)
+H_TABLE_STRIDE0 = tl.constexpr(24)
+H_TABLE_STRIDE1 = tl.constexpr(25)
+H_TABLE_ROWS = tl.constexpr(26)
+H_TABLE_COLS = tl.constexpr(27)
+H_PAGE_SIZE = tl.constexpr(28)
+H_DUMMY_KV_SLOT = tl.constexpr(29)
+H_STATE_WRITE_PAD = tl.constexpr(30)
+H_PAD_TOKEN_ID = tl.constexpr(31)
+H_HAS_MAMBA_BUFFERS = tl.constexpr(32)
 
 # %% ../nbs/13_fused_decode.ipynb #f2861c27
 # offsets of the buffers in the slab (elements of each buffer's dtype)
-H_O_INPUT_IDS = tl.constexpr(28)
-H_O_SHIFTED = tl.constexpr(29)
-H_O_INPUT_LENGTHS = tl.constexpr(30)
-H_O_OUT_CACHE_LOC = tl.constexpr(31)
-H_O_SEQ_LENS = tl.constexpr(32)
-H_O_EXTEND_PREFIX = tl.constexpr(33)
-H_O_EXTEND_SEQ = tl.constexpr(34)
-H_O_MAMBA0 = tl.constexpr(35)
-H_O_MAMBA1 = tl.constexpr(36)
-H_O_MAMBA2 = tl.constexpr(37)
-H_O_MAMBA3 = tl.constexpr(38)
-H_O_POSITIONS = tl.constexpr(39)
-H_O_MROPE = tl.constexpr(40)
-H_O_REQ_POOL = tl.constexpr(41)
-H_O_STATE_WRITE = tl.constexpr(42)
-H_O_FORCE = tl.constexpr(43)
+H_O_INPUT_IDS = tl.constexpr(33)
+H_O_SHIFTED = tl.constexpr(34)
+H_O_INPUT_LENGTHS = tl.constexpr(35)
+H_O_OUT_CACHE_LOC = tl.constexpr(36)
+H_O_SEQ_LENS = tl.constexpr(37)
+H_O_EXTEND_PREFIX = tl.constexpr(38)
+H_O_EXTEND_SEQ = tl.constexpr(39)
+H_O_MAMBA0 = tl.constexpr(40)
+H_O_MAMBA1 = tl.constexpr(41)
+H_O_MAMBA2 = tl.constexpr(42)
+H_O_MAMBA3 = tl.constexpr(43)
+H_O_POSITIONS = tl.constexpr(44)
+H_O_MROPE = tl.constexpr(45)
+H_O_REQ_POOL = tl.constexpr(46)
+H_O_STATE_WRITE = tl.constexpr(47)
+H_O_FORCE = tl.constexpr(48)
 
-# offsets of the staging sections (int32 elements from the header), the table order
-H_S_POOL = tl.constexpr(44)
-H_S_OVERRIDE = tl.constexpr(45)
-H_S_MAMBA = tl.constexpr(46)
-H_S_LENGTHS = tl.constexpr(47)
-H_S_EXTEND_PREFIX = tl.constexpr(48)
-H_S_IDS = tl.constexpr(49)
+# offsets of the Mamba sections and of the cache starts, the table order
+H_S_MAMBA = tl.constexpr(49)
 H_S_CACHE_START = tl.constexpr(50)
 H_TABLE_BATCH_ORDER = tl.constexpr(51)
 
@@ -465,6 +468,7 @@ class FusedDecodeStep:
         self._prefill_starts = torch.empty(self.max_bs, dtype=torch.int32, device=self.device)   # the prefill rows' starts
         self.grid = (max(cdiv(self.max_bs, _ROWS), cdiv(self.max_num_tokens, 4 * _TILE)),)
         self._structs, self._hdr = {}, struct.Struct(f'={_F["ticket"] + 1}i')      # the per-step fields, in one pack
+        self._pairs = {}             # `StagingSlot.put`'s formats: n pool indices, then n overrides, in one pack
         o = buffers.offsets
         mamba = [o.get(n, 0) for n in _MAMBA_BUFS]
         self._write_static(dict(
@@ -477,7 +481,11 @@ class FusedDecodeStep:
             o_mamba0=mamba[0], o_mamba1=mamba[1], o_mamba2=mamba[2], o_mamba3=mamba[3],
             o_positions=o['positions_buf'], o_mrope=o['mrope_positions_buf'], o_req_pool=o['req_pool_indices_buf'],
             o_state_write=o['state_write_req_pool_indices_buf'], o_force=o['force_single_token_verify_buf'],
-            **{f's_{k}': v for k, v in layout.items() if k != 'end'}))
+            s_mamba=layout['mamba'], s_cache_start=layout['cache_start']))
+        self._fixed = tuple(layout[k] for k in ('pool', 'override', 'lengths', 'extend_prefix', 'ids'))   # sections
+        self._decode_sections = [(*self._fixed, layout['ids'], layout['lengths'] if m else layout['mamba'])
+                                 for m in (False, True)]     # `header`'s sections of a decode step (Mamba or not)
+        self._override_at = layout['override']
         self.bound = False
         # unbound, the step can still run a dummy decode (no row reads the state): bind tiny placeholders
         z = lambda *s, dt=torch.int32: torch.zeros(s, dtype=dt, device=self.device)
@@ -525,9 +533,9 @@ def _bind(self: FusedDecodeStep, cache_lengths, input_map, ready, vocab_size, ta
     self._wp = next_pow2(self.width)
     b, dev, at = self.buffers, self._dev, self.layout          # the prefill rows' positions and slots (`_issue`)
     self._prefill_args = (dev[_F['num_extends']:_F['prefill_tokens'] + 1], b.positions_buf, b.out_cache_loc_buf,
-                          self._prefill_starts, dev[at['extend_prefix']:], dev[at['lengths']:], dev[at['cache_start']:],
-                          b.req_pool_indices_buf, table, self.page_size, self.max_bs, self.max_num_tokens,
-                          b.dummy_kv_slot, by_batch)
+                          self._prefill_starts, b.extend_prefix_lens_buf, b.extend_seq_lens_buf,   # the kernel's
+                          dev[at['cache_start']:], b.req_pool_indices_buf, table, self.page_size, self.max_bs,   # outputs
+                          self.max_num_tokens, b.dummy_kv_slot, by_batch)
     self._capture_ring()
 
 # %% ../nbs/13_fused_decode.ipynb #09e63726
@@ -618,6 +626,7 @@ def pack(self: FusedDecodeStep, slot: int, section: int, values, name: str):
     except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
 
 _INT32_SAFE = tuple(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.int8, np.uint8))   # no range check
+_I32 = np.dtype(np.int32)
 _ROW_IDS = np.arange(2**16, dtype=np.int32)     # request indices for the duplicate check (max_bs is far below)
 
 # %% ../nbs/13_fused_decode.ipynb #0a1e9284
@@ -653,16 +662,19 @@ def _pool_error(rows: np.ndarray, num_pool: int, name: str):
 # %% ../nbs/13_fused_decode.ipynb #72d8e2fa
 @patch
 def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefill_tokens: int, width: int,
-           total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1):
-    "Write the per-step header fields of host slot `slot`: `staged`, how many ints the step's copy moves, and a new ticket."
-    layout = self.layout
-    staged = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
-              layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
+           total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1,
+           sections: tuple | None = None):
+    "Write the per-step header fields of host slot `slot`: where its sections start, `staged` (how many ints the copy moves), a new ticket."
+    if sections is None:                   # the fixed layout (`sections`: `pack_lists`' back-to-back offsets)
+        layout = self.layout
+        staged = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
+                  layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
+        sections = (*self._fixed, layout['ids'] + prefill_tokens, staged)
     if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
     t = self._ticket = self._ticket + 1                    # 1, 2, ...: never below the flags' initial 0
     self._tickets[slot] = t                                # the flag to wait for, once the slot is launched
     self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, layout['ids'] + prefill_tokens, staged, slot, t)
+                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, t)
 
 # %% ../nbs/13_fused_decode.ipynb #7b02e02f
 @patch
@@ -804,12 +816,12 @@ def pack_decode(self: FusedDecodeStep, slot: int, req_pool_indices, uniform_inpu
 # %% ../nbs/13_fused_decode.ipynb #f6992535
 @patch
 def issue_decode(self: FusedDecodeStep, req_pool_indices: list, uniform_input_length: int, decode_input_ids=None,
-                 mamba=None, name: str = 'req_pool_indices'):
-    "Check, pack and launch a decode step from Python lists (`decode_lists` makes them); returns the overrides."
+                 mamba=None, name: str = 'req_pool_indices', captured: bool = False, replace: bool = False):
+    "Check, pack and launch a decode step from Python lists (`decode_lists` makes them); returns the overrides (`captured`: staged for the engine's graph, see below)."
     self.check_decode(len(req_pool_indices), uniform_input_length, decode_input_ids, mamba)
-    s = self.acquire()
+    s = self._claim_capture_slot(replace) if captured else self.acquire()
     decode_input_ids = self.pack_decode(s, req_pool_indices, uniform_input_length, decode_input_ids, mamba, name)
-    self.launch(s)
+    if not captured: self.launch(s)
     return decode_input_ids
 
 # %% ../nbs/13_fused_decode.ipynb #5064eb56
@@ -828,12 +840,25 @@ class StagingSlot:
         self.req_pool_indices = a[at['pool']:at['pool'] + B]            # int32 [max_bs]
         self.decode_input_ids = a[at['override']:at['override'] + B]    # int32 [max_bs]: -1, no override
         self.mamba = a[at['mamba']:at['mamba'] + 4 * B].reshape(4, B) if step.buffers.has_mamba else None
-        self._a, self._max_bs, self._structs = a, B, step._structs      # the slot, and the step's struct formats
+        self._a, self._max_bs = a, B                                    # the slot
+        self._structs, self._pairs = step._structs, step._pairs         # the step's struct formats
         self._at = (4 * at['pool'], 4 * at['override'])                  # byte offsets of the two sections
     def __repr__(self): return f'StagingSlot({self.slot}, max_bs={len(self.req_pool_indices)})'
 
     def put(self, req_pool_indices: list, decode_input_ids: list | None = None) -> int:
-        "Write the first rows from lists, one `struct` pack each; returns the batch size. A refused list leaves its rows to be written again."
+        "Write the first rows from lists in one `struct` pack; returns the batch size. A refused list leaves its rows to be written again."
+        n, both = len(req_pool_indices), decode_input_ids is not None
+        p = (self._pairs if both else self._structs).get(n)
+        if p is None or n > self._max_bs or both and len(decode_input_ids) != n:
+            return self._put_named(req_pool_indices, decode_input_ids)
+        try:
+            if both: p.pack_into(self._a, self._at[0], *req_pool_indices, *decode_input_ids)   # the gap: zeros
+            else: p.pack_into(self._a, self._at[0], *req_pool_indices)
+        except struct.error: return self._put_named(req_pool_indices, decode_input_ids)
+        return n
+
+    def _put_named(self, req_pool_indices, decode_input_ids) -> int:
+        "`put` one list at a time, each refusal named; makes the formats `put` packs with."
         n, fmt = len(req_pool_indices), self._structs
         for name, v, at in (('req_pool_indices', req_pool_indices, self._at[0]), ('decode_input_ids', decode_input_ids, self._at[1])):
             if v is None: continue
@@ -843,6 +868,9 @@ class StagingSlot:
             if p is None: p = fmt[k] = struct.Struct(f'={k}i')
             try: p.pack_into(self._a, at, *v)
             except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
+        if decode_input_ids is not None and len(decode_input_ids) == n and n not in self._pairs:
+            gap = self._at[1] - self._at[0] - 4 * n       # from the last pool index to the first override
+            self._pairs[n] = struct.Struct(f'={n}i{gap}x{n}i')
         return n
 
 # %% ../nbs/13_fused_decode.ipynb #c08ba18e
@@ -871,13 +899,23 @@ def issue_staged_decode(self: FusedDecodeStep, staged: StagingSlot, batch: int, 
         batch = self._check_staged(staged, batch, L, mamba)                 # anything else: the named refusal
     if s == 2 and self._captured_at != self._binds and self._graphed: self._refuse_captured()   # (a CPU has no graphs)
     self._staged_slot = None
-    self.check_pools(s, batch, 'req_pool_indices')
-    has = False
-    if overrides and batch:                # any override (not -1)? builtins up to _BUILTIN_ROWS, as check_pools
-        at = self.layout['override']
-        has = (self._mv[s][at:at + batch].tolist().count(-1) != batch if batch <= _BUILTIN_ROWS else
-               bool((staged.decode_input_ids[:batch] != -1).any()))
-    self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, bool(mamba))
+    mamba = bool(mamba)
+    if 0 < batch <= _BUILTIN_ROWS:         # the usual batch: `check_pools` and `header` written out, two calls less
+        mv, at = self._mv[s], self._pool_at
+        rows = mv[at:at + batch].tolist()
+        if not (min(rows) >= 0 and max(rows) < self.num_pool and len(set(rows)) == batch):
+            _pool_error(self._np[s][at:at + batch], self.num_pool, 'req_pool_indices')
+        at = self._override_at             # any override (not -1)?
+        has = bool(overrides) and mv[at:at + batch].tolist().count(-1) != batch
+        if self._ticket == 0x7fffffff: self._restart_tickets()
+        t = self._ticket = self._ticket + 1
+        self._tickets[s] = t
+        self._hdr.pack_into(self._np[s], 0, batch, 0, 0, L, batch * L, has, mamba, 0, 1,
+                            *self._decode_sections[mamba], s, t)
+    else:                                  # no row, or more than _BUILTIN_ROWS: numpy finds the overrides
+        self.check_pools(s, batch, 'req_pool_indices')
+        has = bool(overrides and batch and (staged.decode_input_ids[:batch] != -1).any())
+        self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, mamba)
     if _contract.CHECK_DEVICE_VALUES and device_checks_enabled():     # the flag first: no call when off
         self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
     if s < 2:                                   # the capture slot's step runs in the engine's graph
@@ -915,9 +953,47 @@ def _captured_slot(self: FusedDecodeStep, replace: bool = False) -> int:
     return 2
 
 @patch
+def _claim_capture_slot(self: FusedDecodeStep, replace: bool = False) -> int:
+    "The capture slot for a step from lists that the engine's graph runs: `decode_slot(captured=True)`'s wait and report, and the refusal after a rebind."
+    if self._done_mv[3] > self._reran or (self._done_mv[2] < self._tickets[2] and not replace): self._captured_slot(replace)
+    if self._captured_at != self._binds and self._graphed: self._refuse_captured()
+    return 2
+
+@patch
 def _refuse_captured(self: FusedDecodeStep):
     raise ValueError('the capture slot runs inside an engine graph that calls issue_captured(), and none was captured '
                      'since the last bind: capture the graph again (it holds the tensors of the old binding)')
+
+# %% ../nbs/13_fused_decode.ipynb #8577061e
+@patch
+def pack_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode_input_ids, prefill_lengths: list,
+               extend_prefix_lens: list, input_ids, shifted_input_ids, prefill_tokens: int):
+    "Pack a step's lists back to back after the header of slot `slot` in one `struct` pack (token ids: lists, or int32 arrays copied after it); returns `header`'s `sections`, or `None` if a value is not an int32."
+    B, E, P = len(req_pool_indices), len(extend_prefix_lens), prefill_tokens
+    ovr = _HEADER + B                                  # the overrides follow the pool indices (none: no room)
+    lens = ovr if decode_input_ids is None else ovr + len(decode_input_ids)
+    ids = lens + 2 * E                                 # the token ids follow the lengths and the prefix lengths
+    end = ids + 2 * P
+    if end > self.layout['cache_start'] or len(prefill_lengths) != E:   # the device-only section stays the kernel's
+        raise ValueError(f'a step of {B} requests, {E} prefill rows and {P} prefill tokens does not fit the staging '
+                         f'(max_bs={self.max_bs}, max_num_tokens={self.max_num_tokens})')
+    lists = not P or type(input_ids) is list and type(shifted_input_ids) is list   # else int32 arrays: copied
+    if not lists and not all(type(x) is np.ndarray and x.dtype == _I32 and x.shape == (P,)
+                             for x in (input_ids, shifted_input_ids)): return None
+    n = (end if lists else ids) - _HEADER
+    p = self._structs.get(n)
+    if p is None: p = self._structs[n] = struct.Struct(f'={n}i')
+    a, o, none = self._np[slot], 4 * _HEADER, ()
+    ovr_ids = none if decode_input_ids is None else decode_input_ids
+    try:
+        if lists: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens, *input_ids,
+                              *shifted_input_ids)
+        else: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens)
+    except struct.error: return None
+    if not lists:
+        a[ids:ids + P] = input_ids
+        a[ids + P:end] = shifted_input_ids
+    return (_HEADER, ovr, lens, lens + E, ids, ids + P, end)
 
 # %% ../nbs/13_fused_decode.ipynb #46532157
 @patch
@@ -926,17 +1002,22 @@ def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_le
     "Pack and launch a step whose first `len(extend_prefix_lens)` rows are prefill rows (lists already checked)."
     layout, num_extends, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)
     prefill = sum(prefill_lengths)
-    s = self.acquire()
-    self.pack(s, layout['pool'], req_pool_indices, 'request_pool_indices')
-    self.check_pools(s, batch, 'request_pool_indices')
-    self.pack(s, layout['lengths'], prefill_lengths, 'input_lengths')
-    self.pack(s, layout['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
-    self.pack(s, layout['ids'], input_ids, 'input_ids')
-    self.pack(s, layout['ids'] + prefill, shifted_input_ids, 'shifted_input_ids')
-    if decode_input_ids is not None: self.pack(s, layout['override'], decode_input_ids, 'decode_input_ids')
-    if mamba is not None:
-        for k in range(4): self.pack(s, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
-    self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None)
+    s, sections = self.acquire(), None
+    if mamba is None and type(req_pool_indices) is list and type(input_ids) is list and type(shifted_input_ids) is list:
+        sections = self.pack_lists(s, req_pool_indices, decode_input_ids, prefill_lengths, extend_prefix_lens,
+                                   input_ids, shifted_input_ids, prefill)      # None: a value that is not an int32
+    if sections is None:                   # the fixed layout, section by section: each refusal names its list
+        self.pack(s, layout['pool'], req_pool_indices, 'request_pool_indices')
+        self.pack(s, layout['lengths'], prefill_lengths, 'input_lengths')
+        self.pack(s, layout['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
+        self.pack(s, layout['ids'], input_ids, 'input_ids')
+        self.pack(s, layout['ids'] + prefill, shifted_input_ids, 'shifted_input_ids')
+        if decode_input_ids is not None: self.pack(s, layout['override'], decode_input_ids, 'decode_input_ids')
+        if mamba is not None:
+            for k in range(4): self.pack(s, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
+    self.check_pools(s, batch, 'request_pool_indices')     # both layouts start the pool indices after the header
+    self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None,
+                sections=sections)
     if device_checks_enabled():
         self.check_cache_lengths(req_pool_indices, 'request_pool_indices',
                                  list(prefill_lengths) + [width] * (batch - num_extends), extend_prefix_lens)

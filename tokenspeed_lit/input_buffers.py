@@ -5,12 +5,13 @@
 # %% ../nbs/14_input_buffers.ipynb #aa4fd509
 from __future__ import annotations
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, add, le, lt
 import numpy as np
 import torch
 from fastcore.basics import patch
 from .device import as_device
 from .contract import check_positive, check_int, int_list, int_seq, InputTypeError, device_checks_enabled, check_device
+from . import contract as _contract
 from .positions import compute_positions_and_slots
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers
 from .fused_decode import FusedDecodeStep, applied_overrides
@@ -65,8 +66,9 @@ class InputBuffers:
                                            state_write_padding_pool_index, device, has_mamba)
         self.all_extends_mid_chunk = False
         bufs, layout = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
-        self._prefill_rows = (*(bufs.scratch[layout[k]:] for k in ('extend_prefix', 'lengths', 'cache_start')),
+        self._prefill_rows = (bufs.extend_prefix_lens_buf, bufs.extend_seq_lens_buf, bufs.scratch[layout['cache_start']:],
                               bufs.req_pool_indices_buf)       # for the debug mode's checked positions and slots
+        self.decode_slot = self.step.decode_slot   # the step's own (`decode_slot` below): a call less per decode step
 
     @property
     def padded(self) -> PaddedBuffers:
@@ -187,11 +189,11 @@ def _bound_step(self: InputBuffers, rs: RuntimeStates, req_to_page, table_order:
 
 # %% ../nbs/14_input_buffers.ipynb #3676e9f2
 @patch
-def _fill_decode(self: InputBuffers, op, batch, width, pools):
+def _fill_decode(self: InputBuffers, op, batch, width, pools, captured=False, replace=False):
     step = self.step
     overrides, mamba = op.decode_input_ids, self._mamba_lists(op, batch)
     if overrides is not None: overrides = int_list('decode_input_ids', overrides)
-    overrides = step.issue_decode(pools, width, overrides, mamba, name='request_pool_indices')
+    overrides = step.issue_decode(pools, width, overrides, mamba, 'request_pool_indices', captured, replace)
     self.all_extends_mid_chunk = False
     return overrides
 
@@ -206,6 +208,8 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     for name, seq, n in (('input_ids', ids, prefill), ('shifted_input_ids', shifted, prefill),
                          ('extend_prefix_lens', prefix, num_extends), ('prefill_lengths', full, num_extends)):
         if len(seq) != n: raise ValueError(f'{name} has {len(seq)} entries, {n} expected')
+    for name, seq in (('extend_prefix_lens', prefix), ('prefill_lengths', full)):    # compared below: ints only
+        if not all(isinstance(x, (int, np.integer)) for x in seq): raise InputTypeError(f'{name} must hold integers, got {seq}')
     if min(prefix) < 0:
         i = next(i for i, p in enumerate(prefix) if p < 0)
         raise ValueError(f'extend_prefix_lens[{i}] = {prefix[i]}: a prefix length cannot be negative')
@@ -226,15 +230,60 @@ def _fill_mixed(self: InputBuffers, op, batch, num_extends, total_tokens, width,
     self.all_extends_mid_chunk = num_extends == batch and all(p + n < f for p, n, f in zip(prefix, lens, full))
     return overrides
 
+# %% ../nbs/14_input_buffers.ipynb #9e0114c4
+_UNUSUAL = object()     # `_fill_usual`'s answer for a step it leaves to the named checks
+_INT = {int}            # prefill_lengths are only compared, never packed: their type is checked here
+
+@patch
+def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix, captured=False, replace=False):
+    "A step from lists (token ids: lists or int32 arrays) that passes every check: checked in one test and packed in one call; `_UNUSUAL` otherwise."
+    pools, lens, full, ids, shifted, ovr = (op.request_pool_indices, op.input_lengths, op.prefill_lengths,
+                                            op.input_ids, op.shifted_input_ids, op.decode_input_ids)
+    B, E, W = len(pools), len(prefix), step.width
+    if not (type(op) is ForwardOp and type(pools) is list and type(lens) is list and type(full) is list
+            and (type(ids) is list or type(ids) is np.ndarray) and (type(shifted) is list or type(shifted) is np.ndarray)
+            and type(total_tokens) is int and (ovr is None or type(ovr) is list) and type(op.request_ids) is list
+            and len(op.request_ids) == B == len(lens) and E == len(full) and E <= B <= step.max_bs and 0 < B
+            and 0 <= total_tokens <= step.max_num_tokens and not _contract.CHECK_DEVICE_VALUES
+            and op.mamba_pool_indices is None and op.mamba_cow_src_indices is None
+            and op.mamba_branching_seqlens is None and op.mamba_track_pool_indices is None
+            and not (captured and E)):
+        return _UNUSUAL
+    pre, D = lens[:E], B - E
+    try:
+        P = sum(pre)
+        if not (len(ids) == P == len(shifted) and total_tokens == P + D * W and lens[E:].count(W) == D
+                and (not E or min(pre) >= 0 and min(prefix) >= 0 and all(map(le, map(add, prefix, pre), full))
+                     and set(map(type, full)) == _INT)    # prefill_lengths are compared only: the other lists are
+                and (ovr is None or len(ovr) == D) and min(pools) >= 0 and max(pools) < step.num_pool   # packed,
+                and len(set(pools)) == B):                                                 # and struct refuses
+            return _UNUSUAL
+    except TypeError: return _UNUSUAL            # not numbers: the named checks say which
+    if ovr is not None and ovr.count(-1) == D: ovr = None      # `applied_overrides`: no row overridden
+    s = step._claim_capture_slot(replace) if captured else step.acquire()
+    sections = step.pack_lists(s, pools, ovr, pre, prefix, ids, shifted, P)
+    if sections is None: return _UNUSUAL         # not an int32, or arrays of another dtype (nothing launched)
+    step.header(s, B, E, P, W, total_tokens, ovr is not None, False, sections=sections)
+    if not captured: step.launch(s, P > 0)        # (captured: the engine's graph runs it, `issue_captured`)
+    self.all_extends_mid_chunk = E == B and all(map(lt, map(add, prefix, pre), full))
+    return ovr
+
 # %% ../nbs/14_input_buffers.ipynb #4b5ad139
 @patch
 def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
-                       total_tokens: int, table_order: str = 'pool'):
-    "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None`."
+                       total_tokens: int, table_order: str = 'pool', captured: bool = False, replace: bool = False):
+    "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None` (`captured`, `replace`: a decode step for the engine's graph, below)."
     step = self._bound_step(runtime_states, req_to_page, table_order)
+    prefix = forward_op.extend_prefix_lens
+    if type(prefix) is list:                          # from lists: the usual step first, in one test
+        overrides = self._fill_usual(forward_op, total_tokens, step, prefix, captured, replace)
+        if overrides is not _UNUSUAL: return overrides
     width = step.width
     batch, num_extends, pools, lens = self._check_step(forward_op, total_tokens, width)
-    if num_extends == 0: return self._fill_decode(forward_op, batch, width, pools)
+    if captured and num_extends:
+        raise ValueError(f'captured=True stages a decode step for the engine graph, but the step has {num_extends} '
+                         f'prefill rows (extend_prefix_lens): fill it with captured=False')
+    if num_extends == 0: return self._fill_decode(forward_op, batch, width, pools, captured, replace)
     return self._fill_mixed(forward_op, batch, num_extends, total_tokens, width, req_to_page, pools, lens, table_order)
 
 # %% ../nbs/14_input_buffers.ipynb #1389ec33

@@ -5,6 +5,11 @@ repeated at once (hot). Medians in us.
 
     python tools/decode_probe.py --batch 64     # prints lines starting with PROBE
 
+The mixed rows time a step of 3 prefill chunks (110 tokens each) and 61 decode rows, whole and in pieces. On the
+H200 (2026-12-01, three runs of this code): `fill_input_buffers` took 72, 105 and 71 us in the loop, the same step
+through the named checks 88, 125 and 75 us; `pack_lists` alone 26, 32 and 18 us; the replay of copy, kernel and
+positions 17, - and 12 us. The middle run was a slow spell of the host (its staged decode took 69 us against 51 and 36).
+
 Measured on the H200 (2026-12-01, batch 64, 60 samples; the host's speed drifts by up to 1.5x between runs, so only
 rows of one run compare): the graph of copy, event and kernel took 23.4 us to launch, the same graph without the
 event node 10.6 us, a graph of one kernel 9.4 us; a `cudaEventSynchronize` of a completed event 11-14 us, the done
@@ -18,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np, torch
 from tokenspeed_lit.device import as_device, is_accel
 from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.input_buffers import InputBuffers, RuntimeStates, ForwardOp
 from tokenspeed_lit.launch import FastLaunch
 from tokenspeed_lit.graphs import capture
 from tokenspeed_lit import fused_decode as fd
@@ -72,8 +77,24 @@ def main(argv=None):
         def run():
             q = ib.decode_slot(captured); q.put(pools); ib.fill_staged_decode(q, B, rs, table)
         return run
+    E, n_pre = 3, 110                        # a mixed step: 3 prefill chunks of 110 tokens, the rest decode rows
+    ids = rng.integers(0, 32000, E * n_pre).tolist()
+    mop = ForwardOp(request_ids=list(range(B)), request_pool_indices=pools, input_lengths=[n_pre] * E + [1] * (B - E),
+                    input_ids=ids, shifted_input_ids=ids[1:] + [7], extend_prefix_lens=[0] * E,
+                    prefill_lengths=[2 * n_pre] * E, decode_input_ids=[-1] * (B - E))
+    MT = E * n_pre + B - E
+
+    def named_mixed():                      # the same step through the named checks (what _fill_usual leaves)
+        st = ib._bound_step(rs, table, 'pool')
+        b, e, p, l = ib._check_step(mop, MT, st.width)
+        ib._fill_mixed(mop, b, e, MT, st.width, table, p, l, 'pool')
+
     cands = {
         'noop': lambda: None,
+        'mixed step: fill_input_buffers': lambda: ib.fill_input_buffers(mop, rs, table, MT),
+        'mixed step: the named checks': named_mixed,
+        'mixed: pack_lists': lambda: step.pack_lists(s, pools, None, [n_pre] * E, [0] * E, ids, ids, E * n_pre),
+        'graph launch (copy, kernel, positions)': lambda: step.launch(s, prefill=True),
         'staged decode (ring): slot, put, fill_staged_decode': staged(),
         'staged decode (in the graph): the same, no launch': staged(True),
         'decode_slot (done flag, views)': ib.decode_slot,
