@@ -308,17 +308,19 @@ def test_a_copy_that_never_runs_is_an_error_not_a_hang():
 
 
 @given(n=st.integers(0, 9000) | st.sampled_from([fd._STAGED, fd._STAGED + 1, fd._STAGE_BLOCK,
-                                                    fd._STAGE_PROGRAMS * fd._STAGE_BLOCK + 1]),
+                                                    fd._STAGE_PROGRAMS * fd._STAGE_BLOCK + 1,
+                                                    8999, 9000, 9001, 2**31 - 1, -5]),   # past the end, negative
        seed=st.integers(0, 2**31 - 1))
 def test_stage_copy_moves_exactly_the_staged_ints(n, seed):
-    src = host_full((9100,), 0, torch.int32)
-    src.copy_(torch.randint(-2**31, 2**31 - 1, (9100,), generator=_gen(seed), dtype=torch.int32))
+    src = host_full((9000,), 0, torch.int32)       # a staged count is a device-side value: the copy stops at the end
+    src.copy_(torch.randint(-2**31, 2**31 - 1, (9000,), generator=_gen(seed), dtype=torch.int32))
     src[fd._STAGED] = n
     dst = torch.full((9100,), POISON, dtype=torch.int32, device=DEV)
     fd._stage_copy(dst, src)
     synchronize(DEV)
-    assert torch.equal(dst[:n].cpu(), src[:n])
-    assert (dst[n:] == POISON).all(), 'copied past the staged count'
+    m = min(max(n, 0), 9000)
+    assert torch.equal(dst[:m].cpu(), src[:m])
+    assert (dst[m:] == POISON).all(), 'copied past the staged count or past the slot'
 
 
 def test_two_host_slots_alternate():

@@ -505,6 +505,11 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
             graph.replay(); synchronize(DEV)                      # no new step: reported by the next staging
             with pytest.raises(RuntimeError, match='a second time'): ib.fill_input_buffers(op, rs, table, 6, captured=True)
             ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
+            with pytest.raises(ValueError, match='outside the pool'):     # restaging refused: the slot holds no step
+                ib.fill_input_buffers(_dec([2, 60]), rs, table, 4, captured=True, replace=True)
+            graph.replay(); synchronize(DEV)
+            assert ib.req_pool_indices_buf.tolist()[:2] == [0, 0] and ib.input_lengths_buf.tolist()[:2] == [1, 1]
+            ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
             ib.fill_input_buffers(_dec([2, 6]), rs, table, 4, captured=True, replace=True)   # never replayed: restaged
             graph.replay(); synchronize(DEV)
             assert ib.req_pool_indices_buf.tolist()[:3] == [2, 6, 0]

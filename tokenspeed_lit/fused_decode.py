@@ -181,10 +181,11 @@ assert (_F['slot'], _F['ticket']) == (_STAGED + 1, _STAGED + 2)   # the copy rea
 _STAGE_PROGRAMS, _STAGE_BLOCK = 4, 1024   # a decode step stages about 2K ints: a few programs, one round each
 
 @triton.jit
-def _stage_kernel(src, dst, done, AT: tl.constexpr, BLOCK: tl.constexpr, ONCE: tl.constexpr):
+def _stage_kernel(src, dst, done, cap, AT: tl.constexpr, BLOCK: tl.constexpr, ONCE: tl.constexpr):
     # src: a pinned host slot, loaded over PCIe through its device mapping; dst: the device staging area
     # done: int32 [4], pinned host: the slots' done flags, then the ticket of the last step run twice (ONCE only)
-    n = tl.load(src + AT)                  # ints to copy: the slot's own `staged` field, not a launch argument
+    # cap: int, the ints both src and dst hold: no staged count moves more
+    n = tl.minimum(tl.load(src + AT), cap)   # ints to copy: the slot's own `staged` field, not a launch argument
     spent = False
     if ONCE:                               # a step already run (its ticket in its slot's flag) runs again as no step
         slot, ticket = tl.load(src + AT + 1), tl.load(src + AT + 2)
@@ -202,8 +203,8 @@ def _stage_kernel(src, dst, done, AT: tl.constexpr, BLOCK: tl.constexpr, ONCE: t
 # %% ../nbs/13_fused_decode.ipynb #26d6a417
 def _stage_copy(dst: torch.Tensor, src: torch.Tensor, done: torch.Tensor | None = None):
     "Copy the first `src[_STAGED]` ints of the host slot `src` into the device staging area `dst` (one launch; `done`: see below)."
-    _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, src if done is None else done, AT=_STAGED, BLOCK=_STAGE_BLOCK,
-                                      ONCE=done is not None)
+    _stage_kernel[(_STAGE_PROGRAMS,)](src, dst, src if done is None else done, min(src.numel(), dst.numel()),
+                                      AT=_STAGED, BLOCK=_STAGE_BLOCK, ONCE=done is not None)
 
 # %% ../nbs/13_fused_decode.ipynb #e0075b11
 # written every step
@@ -707,7 +708,8 @@ def _capture_ring(self: FusedDecodeStep):
     synchronize(self.device)   # the warm-up copies read the slots: finish them before a step packs a slot again
     self._want[:2] = self._done_mv[:2].tolist()   # nothing in flight now: the flags are final (a CPU never ran them)
     if is_accel(self.device):      # compile the capture slot's copy now: `issue_captured` may first run inside a capture
-        _stage_kernel.warmup(self._slots[2], self._dev, self._done, AT=_STAGED, BLOCK=_STAGE_BLOCK, ONCE=True,
+        _stage_kernel.warmup(self._slots[2], self._dev, self._done, self.layout['end'], AT=_STAGED,
+                             BLOCK=_STAGE_BLOCK, ONCE=True,
                              grid=(_STAGE_PROGRAMS,))
 
 # %% ../nbs/13_fused_decode.ipynb #63bb9f12
@@ -881,7 +883,9 @@ def decode_slot(self: FusedDecodeStep, captured: bool = False, replace: bool = F
     if not captured: s = self.acquire()
     elif self._done_mv[3] > self._reran or (self._done_mv[2] < self._tickets[2] and not replace):
         s = self._captured_slot(replace)     # a report to raise, or a copy to wait for
-    else: s = 2                              # the usual: the last staged step has been copied
+    else:                                    # the usual: the last staged step has been copied
+        s = 2
+        if replace: self._void_capture_slot()
     views = self._staging[s]
     if views is None: views = self._staging[s] = StagingSlot(self, s)
     self._staged_slot = s
@@ -957,7 +961,13 @@ def _claim_capture_slot(self: FusedDecodeStep, replace: bool = False) -> int:
     "The capture slot for a step from lists that the engine's graph runs: `decode_slot(captured=True)`'s wait and report, and the refusal after a rebind."
     if self._done_mv[3] > self._reran or (self._done_mv[2] < self._tickets[2] and not replace): self._captured_slot(replace)
     if self._captured_at != self._binds and self._graphed: self._refuse_captured()
+    if replace: self._void_capture_slot()
     return 2
+
+@patch
+def _void_capture_slot(self: FusedDecodeStep):
+    "An empty step in the capture slot, before a step that was never replayed is overwritten: a refused restaging leaves no half-written step for a replay to run."
+    if self._done_mv[2] < self._tickets[2]: self.header(2, 0, 0, 0, 0, 0, False, False)
 
 @patch
 def _refuse_captured(self: FusedDecodeStep):

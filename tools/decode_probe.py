@@ -52,7 +52,7 @@ def main(argv=None):
     fill, stage = FastLaunch(fd._fill_kernel), FastLaunch(fd._stage_kernel)
     args = step._args
     for _ in range(3):
-        fill(step.grid, *args, WP=step._wp); stage((fd._STAGE_PROGRAMS,), step._slots[s], step._dev, step._slots[s],
+        fill(step.grid, *args, WP=step._wp); stage((fd._STAGE_PROGRAMS,), step._slots[s], step._dev, step._slots[s], step.layout["end"],
                                                    AT=fd._STAGED, BLOCK=fd._STAGE_BLOCK, ONCE=False)
     synchronize(dev)
     pinned = step._np[s]
@@ -107,7 +107,7 @@ def main(argv=None):
         'graph launch (fill kernel)': fill_only.replay,
         'graph launch (one mm)': one.replay,
         'fast launch fill kernel': lambda: fill(step.grid, *args, WP=step._wp),
-        'fast launch stage + fill': lambda: (stage((fd._STAGE_PROGRAMS,), step._slots[s], step._dev, step._slots[s],
+        'fast launch stage + fill': lambda: (stage((fd._STAGE_PROGRAMS,), step._slots[s], step._dev, step._slots[s], step.layout["end"],
                                                   AT=fd._STAGED, BLOCK=fd._STAGE_BLOCK, ONCE=False), fill(step.grid, *args, WP=step._wp)),
         'forward graph (40 kernels)': g_fwd.replay,
         'forward graph + step inside': g_both.replay,
