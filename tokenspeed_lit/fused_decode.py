@@ -484,9 +484,6 @@ class FusedDecodeStep:
             o_state_write=o['state_write_req_pool_indices_buf'], o_force=o['force_single_token_verify_buf'],
             s_mamba=layout['mamba'], s_cache_start=layout['cache_start']))
         self._fixed = tuple(layout[k] for k in ('pool', 'override', 'lengths', 'extend_prefix', 'ids'))   # sections
-        self._decode_sections = [(*self._fixed, layout['ids'], layout['lengths'] if m else layout['mamba'])
-                                 for m in (False, True)]     # `header`'s sections of a decode step (Mamba or not)
-        self._override_at = layout['override']
         self.bound = False
         # unbound, the step can still run a dummy decode (no row reads the state): bind tiny placeholders
         z = lambda *s, dt=torch.int32: torch.zeros(s, dtype=dt, device=self.device)
@@ -903,23 +900,13 @@ def issue_staged_decode(self: FusedDecodeStep, staged: StagingSlot, batch: int, 
         batch = self._check_staged(staged, batch, L, mamba)                 # anything else: the named refusal
     if s == 2 and self._captured_at != self._binds and self._graphed: self._refuse_captured()   # (a CPU has no graphs)
     self._staged_slot = None
-    mamba = bool(mamba)
-    if 0 < batch <= _BUILTIN_ROWS:         # the usual batch: `check_pools` and `header` written out, two calls less
-        mv, at = self._mv[s], self._pool_at
-        rows = mv[at:at + batch].tolist()
-        if not (min(rows) >= 0 and max(rows) < self.num_pool and len(set(rows)) == batch):
-            _pool_error(self._np[s][at:at + batch], self.num_pool, 'req_pool_indices')
-        at = self._override_at             # any override (not -1)?
-        has = bool(overrides) and mv[at:at + batch].tolist().count(-1) != batch
-        if self._ticket == 0x7fffffff: self._restart_tickets()
-        t = self._ticket = self._ticket + 1
-        self._tickets[s] = t
-        self._hdr.pack_into(self._np[s], 0, batch, 0, 0, L, batch * L, has, mamba, 0, 1,
-                            *self._decode_sections[mamba], s, t)
-    else:                                  # no row, or more than _BUILTIN_ROWS: numpy finds the overrides
-        self.check_pools(s, batch, 'req_pool_indices')
-        has = bool(overrides and batch and (staged.decode_input_ids[:batch] != -1).any())
-        self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, mamba)
+    self.check_pools(s, batch, 'req_pool_indices')
+    has = False
+    if overrides and batch:                # any override (not -1)? builtins up to _BUILTIN_ROWS, as check_pools
+        at = self.layout['override']
+        has = (self._mv[s][at:at + batch].tolist().count(-1) != batch if batch <= _BUILTIN_ROWS else
+               bool((staged.decode_input_ids[:batch] != -1).any()))
+    self.header(s, batch, 0, 0, L if batch else 0, batch * L, has, bool(mamba))
     if _contract.CHECK_DEVICE_VALUES and device_checks_enabled():     # the flag first: no call when off
         self.check_cache_lengths(staged.req_pool_indices[:batch].tolist(), 'req_pool_indices')
     if s < 2:                                   # the capture slot's step runs in the engine's graph

@@ -68,7 +68,6 @@ class InputBuffers:
         bufs, layout = self.step.buffers, self.step.layout    # the prefill rows' launch reads these, made once
         self._prefill_rows = (bufs.extend_prefix_lens_buf, bufs.extend_seq_lens_buf, bufs.scratch[layout['cache_start']:],
                               bufs.req_pool_indices_buf)       # for the debug mode's checked positions and slots
-        self.decode_slot = self.step.decode_slot   # the step's own (`decode_slot` below): a call less per decode step
 
     @property
     def padded(self) -> PaddedBuffers:
