@@ -161,6 +161,6 @@ def test_the_parts_of_a_step_are_timed_inside_it():
         for i, total in enumerate(st[whole]):
             got = [st[f'{prefix}{p}_us'][i] for p in parts]
             assert min(got) >= 0 and sum(got) <= total, (whole, i, dict(zip(parts, got)), total)
-            assert got[parts.index('header')] > 0 and ('launch' not in parts or got[parts.index('launch')] > 0)
+            assert got[parts.index('stage_lists')] > 0 and ('launch' not in parts or got[parts.index('launch')] > 0)
     n_mixed = st['mixed_steps'] + st['prefill_steps']
     assert len(st['prep_parts_mixed_us']) + len(st['prep_us']) == n_mixed      # each such step timed one way

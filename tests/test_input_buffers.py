@@ -411,17 +411,29 @@ def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
     for k, v in snaps[0].items(): assert torch.equal(v, snaps[1][k]), k
 
 
+def _decode_lists(B, with_overrides, data):
+    "A decode step's pool rows (distinct, of 1..8) and overrides (-1 or a token id, out of the vocabulary too), or None."
+    pools = data.draw(st.permutations(list(range(1, 9))))[:B]
+    return pools, (data.draw(st.lists(st.just(-1) | st.integers(-3, 110), min_size=B, max_size=B)) if with_overrides
+                   else None)
+
+
+def _bound_buffers(seed, W):
+    "Runtime states of 9 pool rows, a table, and poisoned buffers (max_bs 6) bound to them by an empty decode step."
+    rs, table = make_states(seed, 9, W, 100)
+    ib = InputBuffers(6, 24, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_(POISON)
+    ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)
+    return rs, table, ib
+
+
 @KERNEL
 @given(st.integers(0, 6), st.integers(1, 3), st.booleans(), st.integers(0, 2**31 - 1), st.data())
 def test_a_staged_decode_step_fills_what_the_list_step_fills(B, W, with_overrides, seed, data):
     "A decode step written straight into staging (`decode_slot` + `fill_staged_decode`) equals the same from lists."
-    pools = data.draw(st.permutations(list(range(1, 9))))[:B]
-    ovr = data.draw(st.lists(st.just(-1) | st.integers(-3, 110), min_size=B, max_size=B)) if with_overrides else None
+    pools, ovr = _decode_lists(B, with_overrides, data)
     out = []
     for staged in (False, True):
-        rs, table = make_states(seed, 9, W, 100)
-        ib = InputBuffers(6, 24, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV).poison_(POISON)
-        ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)           # bind (an empty decode step)
+        rs, table, ib = _bound_buffers(seed, W)
         if staged:
             sl = ib.decode_slot()
             if data.draw(st.booleans()): sl.put(pools, ovr)      # one struct pack (both lists: one, the gap zeroed)
@@ -515,3 +527,27 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
             assert ib.req_pool_indices_buf.tolist()[:3] == [2, 6, 0]
     for k, v in out[0][0].items(): assert torch.equal(v, out[1][0][k]), k
     for a, b in zip(out[0][1], out[1][1]): assert torch.equal(a, b)
+
+
+@KERNEL
+@given(st.integers(1, 6), st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1), st.data())
+def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrides, replace, seed, data):
+    "A decode step for the engine's graph through `_fill_graph_decode` (one test, one call) runs as the named path's, replayed by the graph."
+    from tokenspeed_lit.graphs import capture
+    pools, ovr = _decode_lists(B, with_overrides, data)
+    out = []
+    for usual in (True, False):
+        rs, table, ib = _bound_buffers(seed, W)
+        graph = capture(ib.issue_captured, DEV)
+        took, fill = [], ib._fill_graph_decode
+        ib._fill_graph_decode = (lambda *a: (lambda r: (took.append(r is not _UNUSUAL), r)[1])(fill(*a))) if usual else \
+            (lambda *a: _UNUSUAL)
+        op = ForwardOp(list(range(B)), pools, [W] * B, decode_input_ids=ovr)
+        if replace: ib.fill_input_buffers(ForwardOp([0], [8], [W]), rs, table, W, captured=True)   # never replayed
+        got = ib.fill_input_buffers(op, rs, table, B * W, captured=True, replace=replace)
+        graph.replay(); synchronize(DEV)
+        assert took == ([True] * (1 + replace) if usual else [])
+        out.append((got, {k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
+    assert out[0][0] == out[1][0]
+    for k, v in out[0][1].items(): assert torch.equal(v, out[1][1][k]), k
+    for a, b in zip(out[0][2], out[1][2]): assert torch.equal(a, b)

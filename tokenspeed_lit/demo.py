@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_demo.ipynb #8fd21720
 from __future__ import annotations
-import argparse, contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, math, os, platform, random, signal
+import argparse, collections, contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, math, os, platform, random, signal
 import socket, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 import numpy as np
@@ -308,9 +308,14 @@ def resume(self: Scheduler, r: Request) -> bool:
 # %% ../nbs/31_demo.ipynb #881447aa
 @patch
 def _admit(self: Scheduler):
-    for _ in range(self.cfg.arrivals_per_step):
+    cfg = self.cfg
+    life = lambda r: math.ceil((r.prompt_len + r.output_len + cfg.verify_width) / cfg.page_size)   # its pages, at most
+    owed = sum(max(0, life(r) - len(r.pages)) for r in self.requests[:self.arrived] if r.state != 'done')
+    for _ in range(cfg.arrivals_per_step):
         if self.arrived < len(self.requests) and self.free_rows:
-            r = self.requests[self.arrived]; self.arrived += 1
+            r = self.requests[self.arrived]
+            if self.pool.num_free - owed < life(r): break    # every admitted request can always get its next page
+            owed += life(r); self.arrived += 1
             r.pool_row, r.state = self.free_rows.pop(), 'prefill'
             r.ref = self._reference(r)
             r.prompt_ids = np.array(r.tokens[:r.prompt_len], dtype=np.int32)      # once per request, as an engine
@@ -593,9 +598,9 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
     self.stats['checks'] += 2
 
 # %% ../nbs/31_demo.ipynb #a55c6708
-# the calls inside fill_input_buffers (the rest is _fill_usual's one test of the lists): a decode step for the graph
-_PARTS = ('bind', 'pack_lists', 'header')     # (its step is launched by the decode graph's replay)
-_MIXED_PARTS = ('bind', 'acquire', 'pack_lists', 'header', 'launch')   # launch: one replay, positions too
+# the calls inside fill_input_buffers (the rest is the one test of the lists): a decode step for the graph
+_PARTS = ('bind', 'stage_lists')     # (its step is launched by the decode graph's replay)
+_MIXED_PARTS = ('bind', 'acquire', 'stage_lists', 'launch')   # launch: one replay, positions too
 _PARTS_EVERY = 4     # one step in 4 times the calls inside instead of the span (wrappers cost a little: not in the medians)
 _PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_decode_us',
          'prep_parts_mixed_us', 'prep_staged_us',
@@ -796,7 +801,10 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True,
             rows, decode_only = s.plan_step() if s.has_work else ([], True)
             want, prefill, work = dist_all_reduce([len(rows), int(not decode_only), int(s.has_work)], 'max')
             if not work: break
-            if s.step_no > cfg.max_steps: raise DemoViolation(f'no progress after {cfg.max_steps} steps')
+            if s.step_no > cfg.max_steps:
+                states = collections.Counter(r.state for r in s.requests)
+                raise DemoViolation(f'no progress after {cfg.max_steps} steps (requests: {dict(states)}; '
+                                    f'{s.pool.num_free} free pages, {len(s.free_rows)} free pool rows)')
             padded = pick_capture_size(want, cfg.capture_sizes) if want and not prefill else None
             if rows or padded is not None: s.run_step(rows, padded)
             finished = dist_all_reduce([s.stats['finished']], 'sum')[0]

@@ -489,7 +489,7 @@ class FusedDecodeStep:
         z = lambda *s, dt=torch.int32: torch.zeros(s, dtype=dt, device=self.device)
         self._bind(z(1), z(1, 1), z(1, dt=torch.bool), 2, z(1, 1))
         self._staging = [None, None, None]    # the scheduler's views of the host slots (`decode_slot`), made once
-        self._pool_at = layout['pool']
+        self._pool_at, self._cache_start = layout['pool'], layout['cache_start']
 
     @staticmethod
     def scratch_size(max_bs: int, max_num_tokens: int) -> int:
@@ -663,16 +663,21 @@ def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefi
            total_tokens: int, has_override: bool, has_mamba_data: bool, dummy_rows: int = 0, dummy_seq_len: int = 1,
            sections: tuple | None = None):
     "Write the per-step header fields of host slot `slot`: where its sections start, `staged` (how many ints the copy moves), a new ticket."
-    if sections is None:                   # the fixed layout (`sections`: `pack_lists`' back-to-back offsets)
+    if sections is None:                   # the fixed layout (`sections`: offsets of sections packed back to back)
         layout = self.layout
         staged = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
                   layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
         sections = (*self._fixed, layout['ids'] + prefill_tokens, staged)
-    if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
-    t = self._ticket = self._ticket + 1                    # 1, 2, ...: never below the flags' initial 0
-    self._tickets[slot] = t                                # the flag to wait for, once the slot is launched
     self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, t)
+                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, self._take_ticket(slot))
+
+@patch
+def _take_ticket(self: FusedDecodeStep, slot: int) -> int:
+    "A new ticket for the step packed in slot `slot`: 1, 2, ... (never below the flags' initial 0), the flag to wait for once the slot is launched."
+    if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
+    t = self._ticket = self._ticket + 1
+    self._tickets[slot] = t
+    return t
 
 # %% ../nbs/13_fused_decode.ipynb #7b02e02f
 @patch
@@ -963,34 +968,39 @@ def _refuse_captured(self: FusedDecodeStep):
 
 # %% ../nbs/13_fused_decode.ipynb #8577061e
 @patch
-def pack_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode_input_ids, prefill_lengths: list,
-               extend_prefix_lens: list, input_ids, shifted_input_ids, prefill_tokens: int):
-    "Pack a step's lists back to back after the header of slot `slot` in one `struct` pack (token ids: lists, or int32 arrays copied after it); returns `header`'s `sections`, or `None` if a value is not an int32."
+def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode_input_ids, prefill_lengths: list,
+                extend_prefix_lens: list, input_ids, shifted_input_ids, prefill_tokens: int, width: int,
+                total_tokens: int) -> bool:
+    "Stage a step from lists in host slot `slot`: its lists back to back after the header in one `struct` pack (token ids: lists, or int32 arrays copied after it), then its header; False, the header untouched, if a value is not an int32."
     B, E, P = len(req_pool_indices), len(extend_prefix_lens), prefill_tokens
     ovr = _HEADER + B                                  # the overrides follow the pool indices (none: no room)
     lens = ovr if decode_input_ids is None else ovr + len(decode_input_ids)
     ids = lens + 2 * E                                 # the token ids follow the lengths and the prefix lengths
     end = ids + 2 * P
-    if end > self.layout['cache_start'] or len(prefill_lengths) != E:   # the device-only section stays the kernel's
+    if end > self._cache_start or len(prefill_lengths) != E:   # the device-only section stays the kernel's
         raise ValueError(f'a step of {B} requests, {E} prefill rows and {P} prefill tokens does not fit the staging '
                          f'(max_bs={self.max_bs}, max_num_tokens={self.max_num_tokens})')
-    lists = not P or type(input_ids) is list and type(shifted_input_ids) is list   # else int32 arrays: copied
-    if not lists and not all(type(x) is np.ndarray and x.dtype == _I32 and x.shape == (P,)
-                             for x in (input_ids, shifted_input_ids)): return None
-    n = (end if lists else ids) - _HEADER
+    arrays = P and (type(input_ids) is not list or type(shifted_input_ids) is not list)   # int32 arrays: copied
+    if arrays and not all(type(x) is np.ndarray and x.dtype == _I32 and x.shape == (P,)
+                          for x in (input_ids, shifted_input_ids)): return False
+    n = (ids if arrays else end) - _HEADER
     p = self._structs.get(n)
     if p is None: p = self._structs[n] = struct.Struct(f'={n}i')
-    a, o, none = self._np[slot], 4 * _HEADER, ()
-    ovr_ids = none if decode_input_ids is None else decode_input_ids
+    a, o, ovr_ids = self._np[slot], 4 * _HEADER, decode_input_ids or ()
     try:
-        if lists: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens, *input_ids,
-                              *shifted_input_ids)
-        else: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens)
-    except struct.error: return None
-    if not lists:
+        if not E:                          # a decode step: its two lists only (no empty list or array unpacked)
+            if decode_input_ids is None: p.pack_into(a, o, *req_pool_indices)
+            else: p.pack_into(a, o, *req_pool_indices, *decode_input_ids)
+        elif arrays: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens)
+        else: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens, *input_ids,
+                          *shifted_input_ids)
+    except struct.error: return False
+    if arrays:
         a[ids:ids + P] = input_ids
         a[ids + P:end] = shifted_input_ids
-    return (_HEADER, ovr, lens, lens + E, ids, ids + P, end)
+    self._hdr.pack_into(a, 0, B, E, P, width, total_tokens, decode_input_ids is not None, False, 0, 1,   # `header`,
+                        _HEADER, ovr, lens, lens + E, ids, ids + P, end, slot, self._take_ticket(slot))  # these sections
+    return True
 
 # %% ../nbs/13_fused_decode.ipynb #46532157
 @patch
@@ -999,11 +1009,12 @@ def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_le
     "Pack and launch a step whose first `len(extend_prefix_lens)` rows are prefill rows (lists already checked)."
     layout, num_extends, batch = self.layout, len(extend_prefix_lens), len(req_pool_indices)
     prefill = sum(prefill_lengths)
-    s, sections = self.acquire(), None
-    if mamba is None and type(req_pool_indices) is list and type(input_ids) is list and type(shifted_input_ids) is list:
-        sections = self.pack_lists(s, req_pool_indices, decode_input_ids, prefill_lengths, extend_prefix_lens,
-                                   input_ids, shifted_input_ids, prefill)      # None: a value that is not an int32
-    if sections is None:                   # the fixed layout, section by section: each refusal names its list
+    s = self.acquire()
+    staged = (mamba is None and type(req_pool_indices) is list and type(input_ids) is list and   # False: a value
+              type(shifted_input_ids) is list and self.stage_lists(      # that is not an int32 (no header written)
+                  s, req_pool_indices, decode_input_ids, prefill_lengths, extend_prefix_lens, input_ids,
+                  shifted_input_ids, prefill, width, total_tokens))
+    if not staged:                         # the fixed layout, section by section: each refusal names its list
         self.pack(s, layout['pool'], req_pool_indices, 'request_pool_indices')
         self.pack(s, layout['lengths'], prefill_lengths, 'input_lengths')
         self.pack(s, layout['extend_prefix'], extend_prefix_lens, 'extend_prefix_lens')
@@ -1013,8 +1024,8 @@ def issue_with_prefill(self: FusedDecodeStep, req_pool_indices: list, prefill_le
         if mamba is not None:
             for k in range(4): self.pack(s, layout['mamba'] + k * self.max_bs, mamba[k], 'mamba indices')
     self.check_pools(s, batch, 'request_pool_indices')     # both layouts start the pool indices after the header
-    self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None, mamba is not None,
-                sections=sections)
+    if not staged: self.header(s, batch, num_extends, prefill, width, total_tokens, decode_input_ids is not None,
+                               mamba is not None)          # (a refusal above leaves the slot unlaunched)
     if device_checks_enabled():
         self.check_cache_lengths(req_pool_indices, 'request_pool_indices',
                                  list(prefill_lengths) + [width] * (batch - num_extends), extend_prefix_lens)

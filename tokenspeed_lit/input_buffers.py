@@ -234,8 +234,8 @@ _UNUSUAL = object()     # `_fill_usual`'s answer for a step it leaves to the nam
 _INT = {int}            # prefill_lengths are only compared, never packed: their type is checked here
 
 @patch
-def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix, captured=False, replace=False):
-    "A step from lists (token ids: lists or int32 arrays) that passes every check: checked in one test and packed in one call; `_UNUSUAL` otherwise."
+def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix):
+    "A step from lists (token ids: lists or int32 arrays) that passes every check, for a ring slot: checked in one test and staged in one call; `_UNUSUAL` otherwise."
     pools, lens, full, ids, shifted, ovr = (op.request_pool_indices, op.input_lengths, op.prefill_lengths,
                                             op.input_ids, op.shifted_input_ids, op.decode_input_ids)
     B, E, W = len(pools), len(prefix), step.width
@@ -245,8 +245,7 @@ def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix, captured=Fal
             and len(op.request_ids) == B == len(lens) and E == len(full) and E <= B <= step.max_bs and 0 < B
             and 0 <= total_tokens <= step.max_num_tokens and not _contract.CHECK_DEVICE_VALUES
             and op.mamba_pool_indices is None and op.mamba_cow_src_indices is None
-            and op.mamba_branching_seqlens is None and op.mamba_track_pool_indices is None
-            and not (captured and E)):
+            and op.mamba_branching_seqlens is None and op.mamba_track_pool_indices is None):
         return _UNUSUAL
     pre, D = lens[:E], B - E
     try:
@@ -259,12 +258,39 @@ def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix, captured=Fal
             return _UNUSUAL
     except TypeError: return _UNUSUAL            # not numbers: the named checks say which
     if ovr is not None and ovr.count(-1) == D: ovr = None      # `applied_overrides`: no row overridden
-    s = step._claim_capture_slot(replace) if captured else step.acquire()
-    sections = step.pack_lists(s, pools, ovr, pre, prefix, ids, shifted, P)
-    if sections is None: return _UNUSUAL         # not an int32, or arrays of another dtype (nothing launched)
-    step.header(s, B, E, P, W, total_tokens, ovr is not None, False, sections=sections)
-    if not captured: step.launch(s, P > 0)        # (captured: the engine's graph runs it, `issue_captured`)
+    s = step.acquire()
+    if not step.stage_lists(s, pools, ovr, pre, prefix, ids, shifted, P, W, total_tokens):
+        return _UNUSUAL                          # not an int32, or arrays of another dtype (nothing launched)
+    step.launch(s, P > 0)
     self.all_extends_mid_chunk = E == B and all(map(lt, map(add, prefix, pre), full))
+    return ovr
+
+# %% ../nbs/14_input_buffers.ipynb #910958ea
+_NO_PREFILL = ()        # a decode step's prefill lists, for `stage_lists`
+
+@patch
+def _fill_graph_decode(self: InputBuffers, op, total_tokens, step, replace=False):
+    "A decode step from lists for the engine's graph that passes every check and finds the capture slot free: one test, one call; `_UNUSUAL` otherwise."
+    pools, lens, ovr, done = op.request_pool_indices, op.input_lengths, op.decode_input_ids, step._done_mv
+    B, W = len(pools), step.width
+    try:
+        if not (type(op) is ForwardOp and type(pools) is list and type(lens) is list and type(total_tokens) is int
+                and (ovr is None or type(ovr) is list and len(ovr) == B) and type(op.request_ids) is list
+                and len(op.request_ids) == B == len(lens) and 0 < B <= step.max_bs and total_tokens == B * W
+                and not len(op.prefill_lengths) and not len(op.input_ids) and not len(op.shifted_input_ids)
+                and op.mamba_pool_indices is None and op.mamba_cow_src_indices is None
+                and op.mamba_branching_seqlens is None and op.mamba_track_pool_indices is None
+                and not _contract.CHECK_DEVICE_VALUES and lens.count(W) == B
+                and min(pools) >= 0 and max(pools) < step.num_pool and len(set(pools)) == B
+                and done[3] <= step._reran and (replace or done[2] >= step._tickets[2])   # `_claim_capture_slot`'s
+                and (step._captured_at == step._binds or not step._graphed)):             # tests: the slot is free
+            return _UNUSUAL
+    except TypeError: return _UNUSUAL            # not numbers: the named checks say which
+    if replace: step._void_capture_slot()
+    if ovr is not None and ovr.count(-1) == B: ovr = None      # `applied_overrides`: no row overridden
+    if not step.stage_lists(2, pools, ovr, _NO_PREFILL, _NO_PREFILL, _NO_PREFILL, _NO_PREFILL, 0, W, total_tokens):
+        return _UNUSUAL                          # a value that is not an int32
+    self.all_extends_mid_chunk = False
     return ovr
 
 # %% ../nbs/14_input_buffers.ipynb #4b5ad139
@@ -275,7 +301,8 @@ def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states
     step = self._bound_step(runtime_states, req_to_page, table_order)
     prefix = forward_op.extend_prefix_lens
     if type(prefix) is list:                          # from lists: the usual step first, in one test
-        overrides = self._fill_usual(forward_op, total_tokens, step, prefix, captured, replace)
+        overrides = (self._fill_graph_decode(forward_op, total_tokens, step, replace) if captured and not prefix else
+                     self._fill_usual(forward_op, total_tokens, step, prefix) if not captured else _UNUSUAL)
         if overrides is not _UNUSUAL: return overrides
     width = step.width
     batch, num_extends, pools, lens = self._check_step(forward_op, total_tokens, width)

@@ -7,7 +7,7 @@ repeated at once (hot). Medians in us.
 
 The mixed rows time a step of 3 prefill chunks (110 tokens each) and 61 decode rows, whole and in pieces. On the
 H200 (2026-12-01, three runs of this code): `fill_input_buffers` took 72, 105 and 71 us in the loop, the same step
-through the named checks 88, 125 and 75 us; `pack_lists` alone 26, 32 and 18 us; the replay of copy, kernel and
+through the named checks 88, 125 and 75 us; `pack_lists` (now `stage_lists`, with the header) alone 26, 32 and 18 us; the replay of copy, kernel and
 positions 17, - and 12 us. The middle run was a slow spell of the host (its staged decode took 69 us against 51 and 36).
 
 Measured on the H200 (2026-12-01, batch 64, 60 samples; the host's speed drifts by up to 1.5x between runs, so only
@@ -93,7 +93,7 @@ def main(argv=None):
         'noop': lambda: None,
         'mixed step: fill_input_buffers': lambda: ib.fill_input_buffers(mop, rs, table, MT),
         'mixed step: the named checks': named_mixed,
-        'mixed: pack_lists': lambda: step.pack_lists(s, pools, None, [n_pre] * E, [0] * E, ids, ids, E * n_pre),
+        'mixed: stage_lists': lambda: step.stage_lists(s, pools, None, [n_pre] * E, [0] * E, ids, ids, E * n_pre, 1, MT),
         'graph launch (copy, kernel, positions)': lambda: step.launch(s, prefill=True),
         'staged decode (ring): slot, put, fill_staged_decode': staged(),
         'staged decode (in the graph): the same, no launch': staged(True),
