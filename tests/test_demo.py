@@ -151,6 +151,12 @@ def test_bad_ranks_from_the_environment_is_a_usage_error():
     assert 'all checks passed' not in r.stdout
 
 
+def test_a_pool_short_of_pages_does_not_deadlock():
+    "Admission by pages: 16 requests on 29 usable device pages and 4 host pages all finish (admitting whenever a pool row was free stopped here: 12 prefills and 3 decodes holding every page)."
+    from tokenspeed_lit.demo import DemoConfig, serve
+    st = serve(DemoConfig(requests=16, num_pages=30, host_pages=4, arrivals_per_step=8, max_steps=400), progress=False)
+    assert st['finished'] == 16 and st['steps'] < 400
+
 def test_the_parts_of_a_step_are_timed_inside_it():
     "With repeat_prep, one step in _PARTS_EVERY times the calls inside its preparation; the parts fit inside the whole."
     from tokenspeed_lit.demo import DemoConfig, serve, _PARTS, _MIXED_PARTS
