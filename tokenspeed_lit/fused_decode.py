@@ -668,16 +668,11 @@ def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefi
         staged = (layout['ids'] + 2 * prefill_tokens if num_extends else       # up to the end of the prefill ids
                   layout['lengths'] if has_mamba_data else layout['mamba'] if batch else _HEADER)
         sections = (*self._fixed, layout['ids'] + prefill_tokens, staged)
-    self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, self._take_ticket(slot))
-
-@patch
-def _take_ticket(self: FusedDecodeStep, slot: int) -> int:
-    "A new ticket for the step packed in slot `slot`: 1, 2, ... (never below the flags' initial 0), the flag to wait for once the slot is launched."
     if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
-    t = self._ticket = self._ticket + 1
-    self._tickets[slot] = t
-    return t
+    t = self._ticket = self._ticket + 1                    # 1, 2, ...: never below the flags' initial 0
+    self._tickets[slot] = t                                # the flag to wait for, once the slot is launched
+    self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
+                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, t)
 
 # %% ../nbs/13_fused_decode.ipynb #7b02e02f
 @patch
@@ -998,8 +993,8 @@ def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode
     if arrays:
         a[ids:ids + P] = input_ids
         a[ids + P:end] = shifted_input_ids
-    self._hdr.pack_into(a, 0, B, E, P, width, total_tokens, decode_input_ids is not None, False, 0, 1,   # `header`,
-                        _HEADER, ovr, lens, lens + E, ids, ids + P, end, slot, self._take_ticket(slot))  # these sections
+    self.header(slot, B, E, P, width, total_tokens, decode_input_ids is not None, False,
+                sections=(_HEADER, ovr, lens, lens + E, ids, ids + P, end))
     return True
 
 # %% ../nbs/13_fused_decode.ipynb #46532157
