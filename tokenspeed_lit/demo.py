@@ -13,7 +13,7 @@ from typing import Callable
 from fastcore.basics import patch
 from .device import default_device, as_device, is_accel, triton_interpreted
 from .streams import synchronize, new_stream
-from .graphs import capture
+from .graphs import capture, Captured
 from .ranks import dist_init, dist_all_reduce, dist_close
 from .padding import pick_capture_size, PAD_TOKEN_ID
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
@@ -598,9 +598,9 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
     self.stats['checks'] += 2
 
 # %% ../nbs/31_demo.ipynb #a55c6708
-# the calls inside fill_input_buffers (the rest is the one test of the lists): a decode step for the graph
-_PARTS = ('bind', 'stage_lists')     # (its step is launched by the decode graph's replay)
-_MIXED_PARTS = ('bind', 'acquire', 'stage_lists', 'launch')   # launch: one replay, positions too
+# the calls inside fill_input_buffers (the rest is the one test of the lists and the slot's bookkeeping): a decode
+_PARTS = ()                          # step for the graph calls nothing (the decode graph's replay launches it)
+_MIXED_PARTS = ('stage_lists', 'replay')   # the lists and the header; one replay: the copy, the kernel, positions
 _PARTS_EVERY = 4     # one step in 4 times the calls inside instead of the span (wrappers cost a little: not in the medians)
 _PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_decode_us',
          'prep_parts_mixed_us', 'prep_staged_us',
@@ -626,16 +626,14 @@ def _time_calls(targets) -> tuple[dict, Callable]:
 @patch
 def _prep(self: Scheduler, op: ForwardOp, total: int, decode: bool, captured: bool = False):
     "A step's input preparation, one `fill_input_buffers` call, timed (`captured`: a decode step staged for the decode graph's replay); repeated at once on steps without overrides."
-    fill = lambda replace=False: self.bufs.fill_input_buffers(op, self.states, self.batch_table, total, table_order='batch',
-                                                              captured=captured, replace=replace)
-    st, step, clk = self.stats, self.bufs.step, time.perf_counter
+    bufs, states, table, st, clk = self.bufs, self.states, self.batch_table, self.stats, time.perf_counter
     span, whole, names, prefix = (('prep_decode_us', 'prep_parts_decode_us', _PARTS, 'prep_part_') if decode else
                                   ('prep_us', 'prep_parts_mixed_us', _MIXED_PARTS, 'prep_mixed_part_'))
     # One step in _PARTS_EVERY times the calls inside instead (wrappers cost a little: not in the medians)
-    parts = self.cfg.repeat_prep and len(st[span]) >= (_PARTS_EVERY - 1) * (len(st[whole]) + 1)
-    if parts: got, restore = _time_calls([(self.bufs, '_bound_step', 'bind'), *((step, n, n) for n in names[1:])])
-    self.in_prep = True
-    t0 = clk(); fill(); t1 = clk()
+    parts = self.cfg.repeat_prep and names and len(st[span]) >= (_PARTS_EVERY - 1) * (len(st[whole]) + 1)
+    if parts: got, restore = _time_calls([(bufs.step, 'stage_lists', 'stage_lists'), (Captured, 'replay', 'replay')])
+    self.in_prep = True            # the span is the engine's call as it would write it: nothing else inside
+    t0 = clk(); bufs.fill_input_buffers(op, states, table, total, table_order='batch', captured=captured); t1 = clk()
     self.in_prep = False
     if parts:
         restore()
@@ -644,7 +642,8 @@ def _prep(self: Scheduler, op: ForwardOp, total: int, decode: bool, captured: bo
         return
     st[span].append(1e6 * (t1 - t0))
     if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):   # the same step again at once
-        t0 = clk(); fill(replace=captured)            # (`replace`: the first was never replayed)
+        t0 = clk()                                    # (`replace`: the first was never replayed)
+        bufs.fill_input_buffers(op, states, table, total, table_order='batch', captured=captured, replace=captured)
         st['prep_decode_repeat_us' if decode else 'prep_repeat_us'].append(1e6 * (clk() - t0))
 
 @patch

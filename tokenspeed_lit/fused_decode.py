@@ -468,7 +468,7 @@ class FusedDecodeStep:
         self._slots = [self._host[s] for s in range(3)]              # views made once: a step slices nothing
         self._prefill_starts = torch.empty(self.max_bs, dtype=torch.int32, device=self.device)   # the prefill rows' starts
         self.grid = (max(cdiv(self.max_bs, _ROWS), cdiv(self.max_num_tokens, 4 * _TILE)),)
-        self._structs, self._hdr = {}, struct.Struct(f'={_F["ticket"] + 1}i')      # the per-step fields, in one pack
+        self._structs = {}           # `struct` formats of long lists, by length (short ones are stored one by one)
         self._pairs = {}             # `StagingSlot.put`'s formats: n pool indices, then n overrides, in one pack
         o = buffers.offsets
         mamba = [o.get(n, 0) for n in _MAMBA_BUFS]
@@ -671,8 +671,11 @@ def header(self: FusedDecodeStep, slot: int, batch: int, num_extends: int, prefi
     if self._ticket == 0x7fffffff: self._restart_tickets()   # once in 2**31 steps: the flags must stay int32
     t = self._ticket = self._ticket + 1                    # 1, 2, ...: never below the flags' initial 0
     self._tickets[slot] = t                                # the flag to wait for, once the slot is launched
-    self._hdr.pack_into(self._np[slot], 0, batch, num_extends, prefill_tokens, width, total_tokens, has_override,
-                        has_mamba_data, dummy_rows, dummy_seq_len, *sections, slot, t)
+    m = self._mv[slot]                     # int32 stores, no `struct` call: the first one of a step costs ~8 us (below)
+    m[0] = batch; m[1] = num_extends; m[2] = prefill_tokens; m[3] = width; m[4] = total_tokens
+    m[5] = has_override; m[6] = has_mamba_data; m[7] = dummy_rows; m[8] = dummy_seq_len
+    m[9], m[10], m[11], m[12], m[13], m[14], m[15] = sections
+    m[16] = slot; m[17] = t
 
 # %% ../nbs/13_fused_decode.ipynb #7b02e02f
 @patch
@@ -962,11 +965,13 @@ def _refuse_captured(self: FusedDecodeStep):
                      'since the last bind: capture the graph again (it holds the tensors of the old binding)')
 
 # %% ../nbs/13_fused_decode.ipynb #8577061e
+_STORE_INTS = 128   # lists of up to this many ints in all are stored one by one; longer ones in one `struct` pack
+
 @patch
 def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode_input_ids, prefill_lengths: list,
                 extend_prefix_lens: list, input_ids, shifted_input_ids, prefill_tokens: int, width: int,
                 total_tokens: int) -> bool:
-    "Stage a step from lists in host slot `slot`: its lists back to back after the header in one `struct` pack (token ids: lists, or int32 arrays copied after it), then its header; False, the header untouched, if a value is not an int32."
+    "Stage a step from lists in host slot `slot`: its lists back to back after the header (token ids: lists, or int32 arrays copied after them), then its header; False, the header untouched, if a value is not an int32."
     B, E, P = len(req_pool_indices), len(extend_prefix_lens), prefill_tokens
     ovr = _HEADER + B                                  # the overrides follow the pool indices (none: no room)
     lens = ovr if decode_input_ids is None else ovr + len(decode_input_ids)
@@ -976,23 +981,35 @@ def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode
         raise ValueError(f'a step of {B} requests, {E} prefill rows and {P} prefill tokens does not fit the staging '
                          f'(max_bs={self.max_bs}, max_num_tokens={self.max_num_tokens})')
     arrays = P and (type(input_ids) is not list or type(shifted_input_ids) is not list)   # int32 arrays: copied
-    if arrays and not all(type(x) is np.ndarray and x.dtype == _I32 and x.shape == (P,)
-                          for x in (input_ids, shifted_input_ids)): return False
+    if arrays and not (type(input_ids) is np.ndarray and type(shifted_input_ids) is np.ndarray   # 1-D int32 arrays
+                       and input_ids.dtype is _I32 and shifted_input_ids.dtype is _I32     # (native: the one dtype)
+                       and input_ids.ndim == 1 == shifted_input_ids.ndim and len(input_ids) == P == len(shifted_input_ids)):
+        return False
     n = (ids if arrays else end) - _HEADER
-    p = self._structs.get(n)
-    if p is None: p = self._structs[n] = struct.Struct(f'={n}i')
-    a, o, ovr_ids = self._np[slot], 4 * _HEADER, decode_input_ids or ()
-    try:
-        if not E:                          # a decode step: its two lists only (no empty list or array unpacked)
-            if decode_input_ids is None: p.pack_into(a, o, *req_pool_indices)
-            else: p.pack_into(a, o, *req_pool_indices, *decode_input_ids)
-        elif arrays: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens)
-        else: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens, *input_ids,
-                          *shifted_input_ids)
-    except struct.error: return False
-    if arrays:
-        a[ids:ids + P] = input_ids
-        a[ids + P:end] = shifted_input_ids
+    a, ovr_ids = self._np[slot], decode_input_ids or ()
+    if (arrays or not P) and n <= _STORE_INTS:     # a few ints: one store each, no `struct` call (below)
+        m, o = self._mv[slot], _HEADER
+        try:
+            for v in req_pool_indices: m[o] = v; o += 1
+            for v in ovr_ids: m[o] = v; o += 1
+            for v in prefill_lengths: m[o] = v; o += 1
+            for v in extend_prefix_lens: m[o] = v; o += 1
+        except (TypeError, ValueError): return False     # not an int, or outside int32
+    else:                                  # many ints: one `struct` pack
+        p, o = self._structs.get(n), 4 * _HEADER
+        if p is None: p = self._structs[n] = struct.Struct(f'={n}i')
+        try:
+            if not E:                      # a decode step: its two lists only (no empty list or array unpacked)
+                if decode_input_ids is None: p.pack_into(a, o, *req_pool_indices)
+                else: p.pack_into(a, o, *req_pool_indices, *decode_input_ids)
+            elif arrays: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens)
+            else: p.pack_into(a, o, *req_pool_indices, *ovr_ids, *prefill_lengths, *extend_prefix_lens, *input_ids,
+                              *shifted_input_ids)
+        except struct.error: return False
+    if arrays:                             # one memcpy each through the slot's memoryview (numpy's own copy: more code
+        m = self._mv[slot]                 # to run cold in a serving loop)
+        m[ids:ids + P] = input_ids
+        m[ids + P:end] = shifted_input_ids
     self.header(slot, B, E, P, width, total_tokens, decode_input_ids is not None, False,
                 sections=(_HEADER, ovr, lens, lens + E, ids, ids + P, end))
     return True

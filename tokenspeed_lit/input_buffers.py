@@ -258,19 +258,20 @@ def _fill_usual(self: InputBuffers, op, total_tokens, step, prefix):
             return _UNUSUAL
     except TypeError: return _UNUSUAL            # not numbers: the named checks say which
     if ovr is not None and ovr.count(-1) == D: ovr = None      # `applied_overrides`: no row overridden
-    s = step.acquire()
+    s = step._next                               # `step.acquire()` and, below, `step.launch(s, P > 0)`, written out:
+    step._next = 1 - s                           # two calls less per step
+    if step._done_mv[s] < step._want[s]: step._wait(s)
     if not step.stage_lists(s, pools, ovr, pre, prefix, ids, shifted, P, W, total_tokens):
         return _UNUSUAL                          # not an int32, or arrays of another dtype (nothing launched)
-    step.launch(s, P > 0)
+    step._want[s] = step._tickets[s]
+    (step._prefill_graphs if P else step._graphs)[s].replay()
     self.all_extends_mid_chunk = E == B and all(map(lt, map(add, prefix, pre), full))
     return ovr
 
 # %% ../nbs/14_input_buffers.ipynb #910958ea
-_NO_PREFILL = ()        # a decode step's prefill lists, for `stage_lists`
-
 @patch
 def _fill_graph_decode(self: InputBuffers, op, total_tokens, step, replace=False):
-    "A decode step from lists for the engine's graph that passes every check and finds the capture slot free: one test, one call; `_UNUSUAL` otherwise."
+    "A decode step from lists for the engine's graph that passes every check and finds the capture slot free: one test, no call; `_UNUSUAL` otherwise."
     pools, lens, ovr, done = op.request_pool_indices, op.input_lengths, op.decode_input_ids, step._done_mv
     B, W = len(pools), step.width
     try:
@@ -288,8 +289,17 @@ def _fill_graph_decode(self: InputBuffers, op, total_tokens, step, replace=False
     except TypeError: return _UNUSUAL            # not numbers: the named checks say which
     if replace: step._void_capture_slot()
     if ovr is not None and ovr.count(-1) == B: ovr = None      # `applied_overrides`: no row overridden
-    if not step.stage_lists(2, pools, ovr, _NO_PREFILL, _NO_PREFILL, _NO_PREFILL, _NO_PREFILL, 0, W, total_tokens):
-        return _UNUSUAL                          # a value that is not an int32
+    m, o = step._mv[2], step._pool_at            # `stage_lists(2, ...)` written out: the lists, one store each,
+    try:                                         # then the header
+        for v in pools: m[o] = v; o += 1
+        if ovr is not None:
+            for v in ovr: m[o] = v; o += 1
+    except (TypeError, ValueError): return _UNUSUAL     # not an int, or outside int32: the header untouched
+    if step._ticket == 0x7fffffff: step._restart_tickets()   # `step.header(2, ...)` written out
+    t = step._ticket = step._ticket + 1
+    step._tickets[2] = t
+    m[0] = B; m[1] = 0; m[2] = 0; m[3] = W; m[4] = total_tokens; m[5] = ovr is not None; m[6] = 0; m[7] = 0; m[8] = 1
+    m[9] = step._pool_at; m[10] = step._pool_at + B; m[11] = m[12] = m[13] = m[14] = m[15] = o; m[16] = 2; m[17] = t
     self.all_extends_mid_chunk = False
     return ovr
 
@@ -298,7 +308,11 @@ def _fill_graph_decode(self: InputBuffers, op, total_tokens, step, replace=False
 def fill_input_buffers(self: InputBuffers, forward_op: ForwardOp, runtime_states: RuntimeStates, req_to_page: torch.Tensor,
                        total_tokens: int, table_order: str = 'pool', captured: bool = False, replace: bool = False):
     "Fill every buffer for one step (`req_to_page` pool- or batch-ordered); returns the decode overrides or `None` (`captured`, `replace`: a decode step for the engine's graph, below)."
-    step = self._bound_step(runtime_states, req_to_page, table_order)
+    step, rs = self.step, runtime_states
+    c, m, r, t, v, by_batch = step._state      # `_bound_step`'s test, written out: a call less per step
+    if not (step.bound and rs.valid_cache_lengths is c and rs.future_input_map is m and rs.remote_spec_candidate_ready
+            is r and req_to_page is t and rs.vocab_size == v and by_batch == (table_order == 'batch')):
+        step = self._bound_step(rs, req_to_page, table_order)
     prefix = forward_op.extend_prefix_lens
     if type(prefix) is list:                          # from lists: the usual step first, in one test
         overrides = (self._fill_graph_decode(forward_op, total_tokens, step, replace) if captured and not prefix else

@@ -31,6 +31,7 @@ from tokenspeed_lit.input_buffers import ForwardOp
 from tokenspeed_lit.fused_decode import _HEADER
 
 clk = time.perf_counter_ns
+_HDR = struct.Struct('=18i')     # the per-step header fields (the package now stores them one by one)
 
 
 def flat_decode(ib, op, rs, table, total, ts=None):
@@ -68,7 +69,7 @@ def flat_decode(ib, op, rs, table, total, ts=None):
     tk = step._ticket = step._ticket + 1
     step._tickets[2] = tk
     e = _HEADER + n
-    step._hdr.pack_into(a, 0, B, 0, 0, W, total, ovr is not None, 0, 0, 1, _HEADER, _HEADER + B, e, e, e, e, e, 2, tk)
+    _HDR.pack_into(a, 0, B, 0, 0, W, total, ovr is not None, 0, 0, 1, _HEADER, _HEADER + B, e, e, e, e, e, 2, tk)
     ib.all_extends_mid_chunk = False
     if ts is not None: ts.append(clk())
     return ovr
