@@ -532,7 +532,7 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
 @KERNEL
 @given(st.integers(1, 6), st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1), st.data())
 def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrides, replace, seed, data):
-    "A decode step for the engine's graph through `_fill_graph_decode` (one test, one call) runs as the named path's, replayed by the graph."
+    "A decode step for the engine's graph through `_fill_graph_decode` (one test, no call inside) runs as the named path's, replayed by the graph."
     from tokenspeed_lit.graphs import capture
     pools, ovr = _decode_lists(B, with_overrides, data)
     out = []
