@@ -43,6 +43,15 @@ def tokens(seed, n):
 pytestmark = mooncake_missing
 
 
+def freeze(proc):
+    "SIGSTOP `proc` and wait until the kernel shows it stopped (the signal is delivered asynchronously: under load a request sent at once could still be served)."
+    os.kill(proc.pid, signal.SIGSTOP)
+    for _ in range(2000):
+        with open(f'/proc/{proc.pid}/stat') as f: state = f.read().rsplit(')', 1)[1].split()[0]
+        if state in ('T', 't'): return
+        time.sleep(0.001)
+    raise AssertionError(f'process {proc.pid} not stopped 2 s after SIGSTOP (state {state})')
+
 def settle(tier, keys, tries=100):
     "A match, retried while the tier's circuit is open (a store that just came back is probed first)."
     for _ in range(tries):
@@ -269,8 +278,8 @@ def test_deadline_holds_pages_until_late_completion(mooncake):
          L3Tier(mirror2, MooncakeStore(mooncake.master), ns2, timeout_s=0.3, probe_interval_s=0.05) as tier2:
         assert tier.put_tokens(req, np.arange(6)).wait(10)
         good = mirror.host_pages[:6].clone()
-        os.kill(mooncake.master_proc.pid, signal.SIGSTOP)
         try:
+            freeze(mooncake.master_proc)
             t0 = time.monotonic()
             g = tier2.get_tokens(req, np.arange(10, 16))
             assert g.wait(3) and time.monotonic() - t0 < 1.5
@@ -296,8 +305,8 @@ def test_full_queue_refuses_puts_at_once(mooncake):
     keys = ns.keys(req)
     with L3Tier(mirror, MooncakeStore(mooncake.master), ns, timeout_s=20, max_batch_pages=2, workers=1,
                 max_queued_pages=16) as tier:
-        os.kill(mooncake.master_proc.pid, signal.SIGSTOP)
         try:
+            freeze(mooncake.master_proc)
             first = tier.put(np.arange(0, 2), keys[0:2])            # the worker blocks on it
             time.sleep(0.2)
             queued = tier.put(np.arange(2, 18), keys[2:18])         # fills the queue (16 pages)
