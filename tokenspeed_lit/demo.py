@@ -598,13 +598,11 @@ def _check_groups_and_draft(self: Scheduler, rows, expect, padded_bs: int | None
     self.stats['checks'] += 2
 
 # %% ../nbs/31_demo.ipynb #a55c6708
-# the calls inside fill_input_buffers (the rest is the one test of the lists and the slot's bookkeeping): a decode
-_PARTS = ()                          # step for the graph calls nothing (the decode graph's replay launches it)
+# the calls inside fill_input_buffers on a step with prefill rows (the rest is the one test of the lists and the slot's
+# bookkeeping); a decode step for the graph calls nothing inside (the decode graph's replay launches it)
 _MIXED_PARTS = ('stage_lists', 'replay')   # the lists and the header; one replay: the copy, the kernel, positions
 _PARTS_EVERY = 4     # one step in 4 times the calls inside instead of the span (wrappers cost a little: not in the medians)
-_PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_decode_us',
-         'prep_parts_mixed_us', 'prep_staged_us',
-         *(f'prep_part_{p}_us' for p in _PARTS),
+_PREP = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_mixed_us', 'prep_staged_us',
          *(f'prep_mixed_part_{p}_us' for p in _MIXED_PARTS))     # per-step host times (us), reduced to medians
 
 def _time_calls(targets) -> tuple[dict, Callable]:
@@ -627,18 +625,17 @@ def _time_calls(targets) -> tuple[dict, Callable]:
 def _prep(self: Scheduler, op: ForwardOp, total: int, decode: bool, captured: bool = False):
     "A step's input preparation, one `fill_input_buffers` call, timed (`captured`: a decode step staged for the decode graph's replay); repeated at once on steps without overrides."
     bufs, states, table, st, clk = self.bufs, self.states, self.batch_table, self.stats, time.perf_counter
-    span, whole, names, prefix = (('prep_decode_us', 'prep_parts_decode_us', _PARTS, 'prep_part_') if decode else
-                                  ('prep_us', 'prep_parts_mixed_us', _MIXED_PARTS, 'prep_mixed_part_'))
-    # One step in _PARTS_EVERY times the calls inside instead (wrappers cost a little: not in the medians)
-    parts = self.cfg.repeat_prep and names and len(st[span]) >= (_PARTS_EVERY - 1) * (len(st[whole]) + 1)
+    span = 'prep_decode_us' if decode else 'prep_us'
+    # One step with prefill rows in _PARTS_EVERY times the calls inside instead (wrappers cost a little: not in the medians)
+    parts = self.cfg.repeat_prep and not decode and len(st[span]) >= (_PARTS_EVERY - 1) * (len(st['prep_parts_mixed_us']) + 1)
     if parts: got, restore = _time_calls([(bufs.step, 'stage_lists', 'stage_lists'), (Captured, 'replay', 'replay')])
     self.in_prep = True            # the span is the engine's call as it would write it: nothing else inside
     t0 = clk(); bufs.fill_input_buffers(op, states, table, total, table_order='batch', captured=captured); t1 = clk()
     self.in_prep = False
     if parts:
         restore()
-        st[whole].append(1e6 * (t1 - t0))
-        for p in names: st[f'{prefix}{p}_us'].append(1e6 * got.get(p, 0.0))
+        st['prep_parts_mixed_us'].append(1e6 * (t1 - t0))
+        for p in _MIXED_PARTS: st[f'prep_mixed_part_{p}_us'].append(1e6 * got.get(p, 0.0))
         return
     st[span].append(1e6 * (t1 - t0))
     if self.cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):   # the same step again at once
@@ -845,9 +842,6 @@ def report(stats: dict) -> str:
         *([f"staged decode        every other graph step written straight into the capture slot instead (decode_slot, "
            f"put, fill_staged_decode): median {med('prep_staged_us'):.0f} us over {stats['prep_staged_us_n']} steps"]
           if stats.get('prep_staged_us_n') else []),
-        *([f"fill_input_buffers   its calls on a decode step (median over {stats['prep_parts_decode_us_n']} other decode "
-           f"steps, timed inside): " + ', '.join(f"{p} {med(f'prep_part_{p}_us'):.0f}" for p in _PARTS) +
-           f" us, of {med('prep_parts_decode_us'):.0f} us"] if stats.get('prep_parts_decode_us_n') else []),
         *([f"fill_input_buffers   its calls on a step with prefill rows (median over {stats['prep_parts_mixed_us_n']} "
            f"other such steps): " + ', '.join(f"{p} {med(f'prep_mixed_part_{p}_us'):.0f}" for p in _MIXED_PARTS) +
            f" us, of {med('prep_parts_mixed_us'):.0f} us"] if stats.get('prep_parts_mixed_us_n') else []),
@@ -1199,9 +1193,6 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                 parts=dict(decode=dict(steps=s.get('prep_decode_us_n'), fill_input_buffers_us=us('prep_decode_us'),
                                        hot_us=us('prep_decode_repeat_us'), hot_steps=s.get('prep_decode_repeat_us_n')),
                            decode_staged=dict(steps=s.get('prep_staged_us_n'), span_us=us('prep_staged_us')),
-                           decode_calls=dict(steps=s.get('prep_parts_decode_us_n'),
-                                             fill_input_buffers_us=us('prep_parts_decode_us'),
-                                             **{f'{p}_us': us(f'prep_part_{p}_us') for p in _PARTS}),
                            mixed=dict(steps=s.get('prep_us_n'), fill_input_buffers_us=us('prep_us'),
                                       hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),
                            mixed_calls=dict(steps=s.get('prep_parts_mixed_us_n'),

@@ -986,7 +986,7 @@ def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode
                        and input_ids.ndim == 1 == shifted_input_ids.ndim and len(input_ids) == P == len(shifted_input_ids)):
         return False
     n = (ids if arrays else end) - _HEADER
-    a, ovr_ids = self._np[slot], decode_input_ids or ()
+    ovr_ids = decode_input_ids or ()
     if (arrays or not P) and n <= _STORE_INTS:     # a few ints: one store each, no `struct` call (below)
         m, o = self._mv[slot], _HEADER
         try:
@@ -996,7 +996,7 @@ def stage_lists(self: FusedDecodeStep, slot: int, req_pool_indices: list, decode
             for v in extend_prefix_lens: m[o] = v; o += 1
         except (TypeError, ValueError): return False     # not an int, or outside int32
     else:                                  # many ints: one `struct` pack
-        p, o = self._structs.get(n), 4 * _HEADER
+        p, a, o = self._structs.get(n), self._np[slot], 4 * _HEADER
         if p is None: p = self._structs[n] = struct.Struct(f'={n}i')
         try:
             if not E:                      # a decode step: its two lists only (no empty list or array unpacked)
