@@ -10,6 +10,7 @@ import torch
 from tokenspeed_lit.device import as_device, is_accel
 from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
+from tokenspeed_lit.fused_decode import applied_overrides
 from .timing import Table, env_info
 from .baselines import EngineInputBuffers
 from .host_overhead import _mixed_op, _as_arrays
@@ -36,22 +37,19 @@ def _between_steps(reqs, k: int, logits, x, y, products: int):
     return tok
 
 # %% 06_serving_loop.ipynb #5fafa665
-_PARTS = ('bind check', 'step checks', 'lists', 'size checks', 'ring slot wait', 'pack + pool check + header', 'launch')
+_PARTS = ('bind check', 'ring slot wait', 'stage: lists + header + replay')
 
 def _decode_parts(ib, op, rs, table, total: int) -> list[int]:
-    "One decode step through our list path, the ns of each of `_PARTS`."
+    "One decode step from lists (the pool indices checked by the caller), the ns of each of `_PARTS`."
     clk = time.perf_counter_ns
     step, t = ib.step, [clk()]
     state = (rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size)
     if not step.is_bound_to(*state, table, 'pool'): step.bind(*state, table, 'pool')
     t.append(clk())
-    batch, _, pools, _ = ib._check_step(op, total, step.width); t.append(clk())
-    ovr = op.decode_input_ids if op.decode_input_ids is None else list(op.decode_input_ids)
-    pools = pools if type(pools) is list else pools.tolist(); t.append(clk())
-    step.check_decode(len(pools), step.width, ovr, None); t.append(clk())
-    s = step.acquire(); t.append(clk())
-    step.pack_decode(s, pools, step.width, ovr, None, 'request_pool_indices'); t.append(clk())
-    step.launch(s); t.append(clk())
+    s = step.ring.take(); t.append(clk())
+    pools, W = list(op.request_pool_indices), step.width
+    ovr = applied_overrides(None if op.decode_input_ids is None else list(op.decode_input_ids))
+    assert step.ring.stage(s, pools, ovr, [], [], (), (), 0, W, len(pools) * W); t.append(clk())
     return [b - a for a, b in zip(t, t[1:])]
 
 # %% 06_serving_loop.ipynb #fd02bdd6

@@ -1,4 +1,4 @@
-"""Property tests of `tokenspeed_lit.fused_decode`: `fused_decode_input_prep` equals its plain-torch reference and the
+"""Property tests of `tokenspeed_lit.fused_decode` (the staging ring's own: `test_staging_ring.py`): `fused_decode_input_prep` equals its plain-torch reference and the
 unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of steps (verify widths 1-4, overrides with
 and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
 going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area;
@@ -18,7 +18,8 @@ from tokenspeed_lit.device import default_device, host_full
 from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit.contract import device_value_checks
 from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
-                                         FusedDecodeStep, decode_step_ref, staging_layout)
+                                         FusedDecodeStep, decode_step_ref)
+from tokenspeed_lit.graphs import capture
 from tokenspeed_lit.padding import PaddedBuffers
 from tokenspeed_lit import fused_decode as fd
 
@@ -181,6 +182,7 @@ def test_dummy_decode(batch, tokens_per_req):
 @given(st.lists(st.tuples(st.lists(st.integers(1, 9), min_size=0, max_size=4, unique=True), st.integers(1, 2),
                           st.booleans()), min_size=1, max_size=4), st.integers(0, 2**31 - 1))
 def test_capture_replay_equals_eager(steps, seed):
+    "A step from lists staged for an engine graph and replayed equals the same step launched on the ring."
     vocab = 40
     state = make_state(_gen(seed), 10, 2, vocab)
     eager_state = [t.clone() for t in state]
@@ -188,10 +190,10 @@ def test_capture_replay_equals_eager(steps, seed):
     eag = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
     cap.bind(state[0], state[1], state[2], vocab, state[3])
     eag.bind(eager_state[0], eager_state[1], eager_state[2], vocab, eager_state[3])
-    graph = cap.capture()
+    graph = capture(cap.issue_captured, DEV)             # an engine's graph that starts with the step
     for pools, L, with_ovr in steps:
         ovr = [(p * 7) % (vocab + 5) - 1 for p in pools] if with_ovr else None
-        cap.stage(pools, L, ovr)
+        cap(pools, L, ovr, captured=True)
         graph.replay()
         eag(pools, L, ovr)
         synchronize(DEV)
@@ -201,37 +203,10 @@ def test_capture_replay_equals_eager(steps, seed):
             assert torch.equal(a, b)
 
 
-def _small_step(seed, W=2, vocab=40):
-    "A step of 4 rows and 8 tokens bound to a random state of 10 pool rows: (step, [cache lengths, input map, ready, table])."
-    state = make_state(_gen(seed), 10, W, vocab)
-    step = FusedDecodeStep.create(4, 8, 4, dummy_kv_slot=1, state_write_padding_pool_index=10, device=DEV)
-    return step.bind(state[0], state[1], state[2], vocab, state[3]), state
-
-
-@given(st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=8), st.integers(0, 2**31 - 1))
-def test_done_flags_show_each_launched_ticket(steps, seed):
-    "After every step a ring slot's done flag holds the ticket that step packed; a slot is reused only once it does."
-    step, state = _small_step(seed, W=1)
-    tickets = set()
-    for batch, staged in steps:
-        if staged:
-            sl = step.decode_slot(); s = sl.slot
-            sl.req_pool_indices[:batch] = list(range(1, batch + 1))
-            step.issue_staged_decode(sl, batch, 1)
-        else:
-            s = step._next
-            step(list(range(1, batch + 1)), 1)
-        synchronize(DEV)
-        t = step._tickets[s]
-        assert t not in tickets and step._want[s] == t and step._done_mv[s] == t
-        tickets.add(t)
-
-
 @KERNEL
 @given(step_cases())
 def test_step_inside_an_engine_graph_matches_reference(case):
     "Staged into the capture slot and run by an engine graph's replay (issue_captured), a step is decode_step_ref's."
-    from tokenspeed_lit.graphs import capture
     max_bs, max_tok, W, has_mamba, pool_rows, vocab, steps, page_size, bad_cache, seed = case
     step = FusedDecodeStep.create(max_bs, max_tok, page_size, dummy_kv_slot=3,
                                   state_write_padding_pool_index=pool_rows, device=DEV, has_mamba=has_mamba)
@@ -255,78 +230,6 @@ def test_step_inside_an_engine_graph_matches_reference(case):
             assert torch.equal(v.cpu(), want[k]), k
         for t, w in zip((vcl, fim, ready), want_state):
             assert torch.equal(t.cpu(), w)
-
-
-def test_a_replay_without_a_new_step_runs_no_step_and_is_reported():
-    "A second replay of the same staged step leaves the state alone, writes padding, and the next staging names it."
-    from tokenspeed_lit.graphs import capture
-    step, (vcl, fim, ready, table) = _small_step(3)
-    graph = capture(step.issue_captured, DEV)
-    sl = step.decode_slot(captured=True); sl.req_pool_indices[:2] = [3, 4]; sl.decode_input_ids[:2] = [7, -1]
-    assert step.issue_staged_decode(sl, 2, 2, overrides=True)
-    graph.replay(); synchronize(DEV)
-    state = [t.clone() for t in (vcl, fim, ready)]
-    ticket = step._tickets[2]
-    graph.replay(); synchronize(DEV)                      # no new step staged
-    for t, before in zip((vcl, fim, ready), state): assert torch.equal(t, before)   # the override ran once
-    b, v = step.buffers, step.buffers.values
-    for name, t in b.buffers().items():
-        if name != 'mrope_positions_buf': assert (t == v[name]).all(), name
-    with pytest.raises(RuntimeError, match=f'captured step of ticket {ticket} a second time'):
-        step.decode_slot(captured=True)
-    sl = step.decode_slot(captured=True); sl.put([5])    # reported once: serving goes on
-    step.issue_staged_decode(sl, 1, 2)
-    sl = step.decode_slot(captured=True, replace=True)   # re-planned before any replay: restaged without a wait
-    with pytest.raises(ValueError, match='req_pool_indices must hold int32 integers'): sl.put([2**31])
-    assert sl.put([6, 2]) == 2                            # (a refused put leaves the rows to be written again)
-    step.issue_staged_decode(sl, 2, 2); graph.replay(); synchronize(DEV)
-    assert b.req_pool_indices_buf.tolist()[:3] == [6, 2, 0]
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='a CPU capture is the function itself: it holds no arguments')
-def test_staging_for_a_graph_older_than_the_binding_is_refused():
-    from tokenspeed_lit.graphs import capture
-    step, (vcl, fim, ready, table) = _small_step(4)
-    step.issue_captured()                                 # outside a capture on a GPU: nothing, not even a record
-    sl = step.decode_slot(captured=True)
-    with pytest.raises(ValueError, match='none was captured since the last bind'): step.issue_staged_decode(sl, 0, 1)
-    graph = capture(step.issue_captured, DEV)
-    sl = step.decode_slot(captured=True); step.issue_staged_decode(sl, 0, 1)     # accepted now
-    step.bind(vcl, fim, ready, 40, table.clone())        # a new table: the graph holds the old one
-    sl = step.decode_slot(captured=True)
-    with pytest.raises(ValueError, match='capture the graph again'): step.issue_staged_decode(sl, 0, 1)
-
-
-def test_a_copy_that_never_runs_is_an_error_not_a_hang():
-    "A slot whose launched copy never reports is refused after the wait's timeout, naming the slot and its ticket."
-    step, _ = _small_step(0, W=1)
-    step._want[0] = step._tickets[0] + 7              # as if a launch of slot 0 had been lost
-    with pytest.raises(RuntimeError, match=f'host slot 0: its step \\(ticket {step._want[0]}\\) was launched but its copy never ran'):
-        step._wait(0, timeout=0.05)
-    step._want[0] = step._done_mv[0]                  # put it back: the step works on
-    step([1, 2], 1); synchronize(DEV)
-
-
-@given(n=st.integers(0, 9000) | st.sampled_from([fd._STAGED, fd._STAGED + 1, fd._STAGE_BLOCK,
-                                                    fd._STAGE_PROGRAMS * fd._STAGE_BLOCK + 1,
-                                                    8999, 9000, 9001, 2**31 - 1, -5]),   # past the end, negative
-       seed=st.integers(0, 2**31 - 1))
-def test_stage_copy_moves_exactly_the_staged_ints(n, seed):
-    src = host_full((9000,), 0, torch.int32)       # a staged count is a device-side value: the copy stops at the end
-    src.copy_(torch.randint(-2**31, 2**31 - 1, (9000,), generator=_gen(seed), dtype=torch.int32))
-    src[fd._STAGED] = n
-    dst = torch.full((9100,), POISON, dtype=torch.int32, device=DEV)
-    fd._stage_copy(dst, src)
-    synchronize(DEV)
-    m = min(max(n, 0), 9000)
-    assert torch.equal(dst[:m].cpu(), src[:m])
-    assert (dst[m:] == POISON).all(), 'copied past the staged count or past the slot'
-
-
-def test_two_host_slots_alternate():
-    step = FusedDecodeStep.create(2, 4, 4, device=DEV)
-    assert [step.acquire() for _ in range(4)] == [0, 1, 0, 1]
-    assert step._host.shape == (3, staging_layout(2, 4)['end'])
 
 
 def _setup():
@@ -540,54 +443,3 @@ def test_a_dropped_step_is_freed_without_the_garbage_collector():
             pytest.fail(f'the dropped step is still referred to by {refs}')
     finally:
         if was: gc.enable()
-
-
-_CHECK_STEP = {}
-
-
-def _pools_error_ref(rows, num_pool, name='req_pool_indices'):
-    "The message check_pools must raise for `rows` (a list), or None: the first value out of range, else the first pair."
-    bad = [r for r in rows if not 0 <= r < num_pool]
-    if bad: return f'{name} holds {bad[0]}, outside the pool [0, {num_pool})'
-    for j, r in enumerate(rows):
-        if r in rows[:j]: return f'{name} holds pool row {r} twice (requests {rows.index(r)} and {j})'
-    return None
-
-
-@given(batch=st.integers(0, 300) | st.sampled_from([1, fd._BUILTIN_ROWS, fd._BUILTIN_ROWS + 1]),
-       num_pool=st.integers(1, 600), kind=st.sampled_from(['ok', 'dup', 'neg', 'high', 'int32 edge']), data=st.data())
-def test_check_pools_on_both_paths(batch, num_pool, kind, data):
-    "Both ways check_pools checks (builtins up to _BUILTIN_ROWS rows, numpy above) refuse what the reference refuses."
-    batch = min(batch, num_pool) if kind == 'ok' else max(batch, 2 if kind == 'dup' else 1)
-    rows = data.draw(st.permutations(range(num_pool)))[:batch] if kind == 'ok' else \
-        data.draw(st.lists(st.integers(0, num_pool - 1), min_size=batch, max_size=batch))
-    if kind != 'ok' and rows:
-        at = data.draw(st.integers(0, len(rows) - 1))
-        rows[at] = {'dup': rows[at - 1] if at else rows[-1], 'neg': -data.draw(st.integers(1, 2**31)),
-                    'high': data.draw(st.integers(num_pool, 2**31 - 1)), 'int32 edge': 2**31 - 1}[kind]
-    step = _CHECK_STEP.get('step') or _CHECK_STEP.setdefault('step', FusedDecodeStep.create(302, 302, 4, device=DEV))
-    step.num_pool, step._seen = num_pool, np.zeros(num_pool, dtype=np.int32)    # what bind sets (no graph captures)
-    at = step.layout['pool']
-    step._np[0][at:at + len(rows)] = rows
-    want = _pools_error_ref(rows, num_pool)
-    if want is None: step.check_pools(0, len(rows))
-    else:
-        with pytest.raises(ValueError, match=re.escape(want)): step.check_pools(0, len(rows))
-
-
-@given(st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.booleans()), min_size=1, max_size=8))
-def test_put_writes_what_the_views_hold(puts):
-    "StagingSlot.put writes the rows the views then hold, both the first time for a size (a pack per list) and after (one pack); refusals named."
-    step, _ = _small_step(5)
-    for n, with_overrides, bad in puts:
-        sl = step.decode_slot()
-        pools, ovr = list(range(1, n + 1)), ([-1, 7, 3, 9][:n] if with_overrides else None)
-        if bad and n:
-            name = 'decode_input_ids' if with_overrides else 'req_pool_indices'
-            args = (pools, ovr[:-1] + [2**31]) if with_overrides else (pools[:-1] + [-2**31 - 1], ovr)
-            with pytest.raises(ValueError, match=f'{name} must hold int32 integers'): sl.put(*args)
-        assert sl.put(pools, ovr) == n
-        assert sl.req_pool_indices[:n].tolist() == pools
-        if with_overrides: assert sl.decode_input_ids[:n].tolist() == ovr
-        step.issue_staged_decode(sl, n, 1, overrides=with_overrides)
-    synchronize(DEV)

@@ -1,6 +1,6 @@
 """House rules of issue 15 that a change could break silently: the modules' imports run one way, and no module
 imports another's private name."""
-import ast
+import ast, re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'tokenspeed_lit'
@@ -62,10 +62,36 @@ def test_no_module_makes_names_through_globals():
     assert not bad, f'names made through globals(): {bad}'
 
 
-def test_header_constants_are_the_field_indices():
-    import tokenspeed_lit.fused_decode as fd
-    consts = {k: v.value for k, v in vars(fd).items() if k.startswith('H_')}
-    assert consts == {'H_' + n.upper(): i for i, n in enumerate(fd._FIELDS)}
+def test_no_module_reads_another_modules_private_attributes():
+    "`obj._name` only where `_name` is defined in the same module (or `obj` is self/cls): a class's private state is its own."
+    bad = []
+    for p in PKG.glob('*.py'):
+        if p.stem == '_modidx': continue
+        tree = ast.parse(p.read_text())
+        own = set()
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): own.add(n.name)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store): own.add(n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store): own.add(n.attr)
+            elif isinstance(n, ast.arg): own.add(n.arg)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith('_'): own.add(n.value)
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Attribute) and n.attr.startswith('_') and not n.attr.startswith('__')
+                    and not (isinstance(n.value, ast.Name) and n.value.id in ('self', 'cls', 'torch'))
+                    and n.attr not in own and not (isinstance(n.value, ast.Attribute) and n.value.attr == '_C')):
+                bad.append(f'{p.name}:{n.lineno} .{n.attr}')
+    assert not bad, f'reaches into another module\'s private attributes: {bad}'
+
+
+def test_the_step_header_is_declared_once():
+    "No module lays the header out again: no `H_*` constants, no second list of its fields."
+    import tokenspeed_lit.staging_ring as sr
+    for p in PKG.glob('*.py'):
+        src = p.read_text()
+        assert not re.search(r'^H_[A-Z_]+ = ', src, re.M), f'{p.name} defines header constants'
+        if p.stem != 'staging_ring':
+            assert "'s_extend_prefix'" not in src and "'o_input_ids'" not in src, f'{p.name} lists header fields'
+    assert len(sr.STEP_HEADER.names) <= sr.STEP_HEADER.size
 
 
 def test_no_benchmark_code_in_the_package():

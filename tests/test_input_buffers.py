@@ -5,6 +5,7 @@ step followed by a small one leaves every tail at its padding value; dummy decod
 `ValueError` and leaves the buffers and the runtime state untouched; the padding module's rules. Bad values too:
 negative cached lengths (device values), page sizes that are not powers of two, lists given as tuples, numpy arrays or
 CPU tensors; duplicate pool rows, stray prefill lists, Mamba lists without Mamba buffers, floats are refused."""
+import re
 import numpy as np
 import pytest
 import torch
@@ -515,12 +516,15 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
                                                  'step has 1 prefill rows'):
                 ib.fill_input_buffers(_mixed(), rs, table, 5, captured=True)
             graph.replay(); synchronize(DEV)                      # no new step: reported by the next staging
-            with pytest.raises(RuntimeError, match='a second time'): ib.fill_input_buffers(op, rs, table, 6, captured=True)
+            with pytest.raises(RuntimeError, match='replayed the capture slot 1 time'):
+                ib.fill_input_buffers(op, rs, table, 6, captured=True)
             ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
             with pytest.raises(ValueError, match='outside the pool'):     # restaging refused: the slot holds no step
                 ib.fill_input_buffers(_dec([2, 60]), rs, table, 4, captured=True, replace=True)
             graph.replay(); synchronize(DEV)
             assert ib.req_pool_indices_buf.tolist()[:2] == [0, 0] and ib.input_lengths_buf.tolist()[:2] == [1, 1]
+            with pytest.raises(RuntimeError, match='replayed the capture slot 1 time'):   # that replay ran no step
+                ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
             ib.fill_input_buffers(_dec([2]), rs, table, 2, captured=True)
             ib.fill_input_buffers(_dec([2, 6]), rs, table, 4, captured=True, replace=True)   # never replayed: restaged
             graph.replay(); synchronize(DEV)
@@ -532,16 +536,16 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
 @KERNEL
 @given(st.integers(1, 6), st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1), st.data())
 def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrides, replace, seed, data):
-    "A decode step for the engine's graph through `_fill_graph_decode` (one test, no call inside) runs as the named path's, replayed by the graph."
+    "A decode step for the engine's graph through the ring's one call (`stage_captured`) runs as the named path's, replayed by the graph."
     from tokenspeed_lit.graphs import capture
     pools, ovr = _decode_lists(B, with_overrides, data)
     out = []
     for usual in (True, False):
         rs, table, ib = _bound_buffers(seed, W)
         graph = capture(ib.issue_captured, DEV)
-        took, fill = [], ib._fill_graph_decode
-        ib._fill_graph_decode = (lambda *a: (lambda r: (took.append(r is not _UNUSUAL), r)[1])(fill(*a))) if usual else \
-            (lambda *a: _UNUSUAL)
+        ring, took = ib.step.ring, []
+        one_call = ring.stage_captured                     # the usual way counted; or refused, so the named way runs
+        ring.stage_captured = (lambda *a: (lambda r: (took.append(r), r)[1])(one_call(*a))) if usual else (lambda *a: False)
         op = ForwardOp(list(range(B)), pools, [W] * B, decode_input_ids=ovr)
         if replace: ib.fill_input_buffers(ForwardOp([0], [8], [W]), rs, table, W, captured=True)   # never replayed
         got = ib.fill_input_buffers(op, rs, table, B * W, captured=True, replace=replace)
@@ -551,3 +555,167 @@ def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrid
     assert out[0][0] == out[1][0]
     for k, v in out[0][1].items(): assert torch.equal(v, out[1][1][k]), k
     for a, b in zip(out[0][2], out[1][2]): assert torch.equal(a, b)
+
+
+# ---- the four kinds of staging gone wrong, through InputBuffers' public ways in ------------------------------------
+from tokenspeed_lit.graphs import capture
+
+
+def _engine():
+    "Buffers bound to fresh states, the engine's decode graph captured around `issue_captured`, one decode step run through it."
+    rs, table = make_states(11, 9, 2, 100)
+    ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+    ib.fill_input_buffers(_dec([1, 4], decode_input_ids=[7, -1]), rs, table, 4)
+    graph = capture(ib.issue_captured, DEV)
+    return ib, rs, table, graph
+
+
+def _replay_runs_no_step(ib, rs, graph):
+    "Replay the engine graph on poisoned buffers: no state touched, padding everywhere, counted and reported once."
+    synchronize(DEV)
+    ib.poison_(POISON)
+    state, idle = [t.clone() for t in state_of(rs)], ib.step.ring.idle_replays
+    graph.replay(); synchronize(DEV)
+    for a, b in zip(state_of(rs), state): assert torch.equal(a, b)
+    for name, t in ib.buffers().items():
+        if name != 'mrope_positions_buf': assert (t == ib.values[name]).all(), name
+    assert ib.step.ring.idle_replays == idle + 1
+    with pytest.raises(RuntimeError, match='with no new step staged'): ib.decode_slot(captured=True)
+
+
+_NOTHING_STAGED = {    # what came before an engine-graph replay that finds nothing new staged
+    'a ring step from lists': lambda ib, rs, t, g: ib.fill_input_buffers(_dec([2, 3], decode_input_ids=[5, -1]), rs, t, 4),
+    'a mixed step': lambda ib, rs, t, g: ib.fill_input_buffers(_mixed(), rs, t, 5),
+    'a ring dummy step': lambda ib, rs, t, g: ib.fill_dummy_decode_buffers(2, 4),
+    'a staged ring step': lambda ib, rs, t, g: (lambda sl: (sl.put([2, 3], [5, -1]),
+                                                             ib.fill_staged_decode(sl, 2, rs, t, overrides=True)))(ib.decode_slot()),
+    'a replayed graph step': lambda ib, rs, t, g: (ib.fill_input_buffers(_dec([2, 3], decode_input_ids=[5, -1]), rs, t, 4,
+                                                                         captured=True), g.replay()),
+    'a replayed staged graph step': lambda ib, rs, t, g: (lambda sl: (sl.put([2]), ib.fill_staged_decode(sl, 1, rs, t),
+                                                                       g.replay()))(ib.decode_slot(captured=True)),
+    'a replayed graph dummy step': lambda ib, rs, t, g: (ib.fill_dummy_decode_buffers(2, 4, captured=True), g.replay()),
+    'construction': None,
+}
+
+
+@pytest.mark.parametrize('before', list(_NOTHING_STAGED))
+def test_a_replay_that_finds_nothing_staged_runs_no_step(before):
+    "A replay of the engine graph with nothing staged for it since the last step it ran never re-runs a step (its overrides applied twice)."
+    if before == 'construction':      # a graph captured around a step that never staged anything
+        rs, table = make_states(11, 9, 2, 100)
+        ib = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+        ib.step.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size, table)
+        graph = capture(ib.issue_captured, DEV)
+    else:
+        ib, rs, table, graph = _engine()
+        _NOTHING_STAGED[before](ib, rs, table, graph)
+    _replay_runs_no_step(ib, rs, graph)
+
+
+_REFUSED_RESTAGES = [   # a restaging for the engine graph refused part way: (op, total_tokens, what the refusal names)
+    (_dec([2, 3], decode_input_ids=[5, 2**31]), 4, 'decode_input_ids must hold int32 integers'),
+    (_dec([2, 3], decode_input_ids=[5, 6.5]), 4, 'decode_input_ids must hold int32 integers'),
+    (_dec([2, 3], decode_input_ids=[5]), 4, 'decode_input_ids has 1 entries for 2 decode rows'),
+    (_dec([2, 60]), 4, 'request_pool_indices holds 60, outside the pool'),
+    (_dec([2, -1]), 4, 'request_pool_indices holds -1'),
+    (_dec([2, 2]), 4, 'request_pool_indices holds pool row 2 twice'),
+    (_dec([2, 2**31]), 4, 'request_pool_indices must hold int32 integers'),
+    (_dec([1, 2, 3, 4, 5]), 10, 'batch of 5 requests is larger than max_bs=4'),
+    (_dec([2, 3]), 5, 'total_tokens=5 differs from sum(input_lengths)=4'),
+    (_mixed(), 5, 'captured=True stages a decode step for the engine graph, but the step has 1 prefill rows'),
+]
+
+
+@pytest.mark.parametrize('replace', [False, True])
+@pytest.mark.parametrize('op, total, msg', _REFUSED_RESTAGES)
+def test_a_refused_restage_leaves_nothing_staged(op, total, msg, replace):
+    "A step staged for the graph and never replayed, then a restaging refused part way: the next replay runs neither."
+    ib, rs, table, graph = _engine()
+    ib.fill_input_buffers(_dec([3, 5], decode_input_ids=[9, -1]), rs, table, 4, captured=True)   # never replayed
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        ib.fill_input_buffers(op, rs, table, total, captured=True, replace=replace)
+    _replay_runs_no_step(ib, rs, graph)
+
+
+@pytest.mark.parametrize('put, msg', [
+    (([2, 3], [5]), 'decode_input_ids has 1 entries for 2 rows'),
+    (([2, 3], [5, 6, 7]), 'decode_input_ids has 3 entries for 2 rows'),
+    (([2, 2**31],), 'req_pool_indices must hold int32 integers'),
+    ((list(range(1, 6)),), 'req_pool_indices has 5 entries, the slot holds max_bs=4'),
+])
+def test_a_refused_put_into_the_capture_slot_leaves_nothing_staged(put, msg):
+    ib, rs, table, graph = _engine()
+    ib.fill_input_buffers(_dec([3, 5], decode_input_ids=[9, -1]), rs, table, 4, captured=True)   # never replayed
+    sl = ib.decode_slot(captured=True, replace=True)
+    with pytest.raises(ValueError, match=re.escape(msg)): sl.put(*put)
+    _replay_runs_no_step(ib, rs, graph)
+
+
+def _slot_of_another(ib, rs, table):
+    other = InputBuffers(4, 16, 4, dummy_kv_slot=0, state_write_padding_pool_index=8, device=DEV)
+    other.fill_input_buffers(_dec([1]), rs, table, 2)
+    return other.decode_slot()
+
+_BAD_SLOTS = [   # a staging slot that is not what it seems: (how, what the refusal names)
+    ('another InputBuffers', lambda ib, rs, t: _slot_of_another(ib, rs, t), 'handed out by another InputBuffers'),
+    ('the ring reused it for a list step', lambda ib, rs, t: (lambda sl: (ib.fill_input_buffers(_dec([2]), rs, t, 2), sl)[-1])(
+        ib.decode_slot()), 'is stale'),
+    ('the ring reused it for a mixed step', lambda ib, rs, t: (lambda sl: (ib.fill_input_buffers(_mixed(), rs, t, 5), sl)[-1])(
+        ib.decode_slot()), 'is stale'),
+    ('a dummy step since', lambda ib, rs, t: (lambda sl: (ib.fill_dummy_decode_buffers(1, 2), sl)[-1])(ib.decode_slot()),
+     'is stale'),
+    ('a later decode_slot', lambda ib, rs, t: (lambda sl: (ib.decode_slot(), sl)[-1])(ib.decode_slot()), 'is stale'),
+    ('a graph step since', lambda ib, rs, t: (lambda sl: (ib.fill_input_buffers(_dec([2]), rs, t, 2, captured=True), sl)[-1])(
+        ib.decode_slot(captured=True)), 'is stale'),
+    ('issued already', lambda ib, rs, t: (lambda sl: (sl.put([2]), ib.fill_staged_decode(sl, 1, rs, t), sl)[-1])(
+        ib.decode_slot()), 'is stale'),
+    ('not a slot', lambda ib, rs, t: object(), 'must be the StagingSlot of the latest decode_slot()'),
+]
+
+
+@pytest.mark.parametrize('case, make, msg', _BAD_SLOTS, ids=[c[0] for c in _BAD_SLOTS])
+def test_a_staging_slot_that_is_not_what_it_seems_is_refused(case, make, msg):
+    "Refused by name before anything is issued: no buffer, no state changes."
+    ib, rs, table, graph = _engine()
+    sl = make(ib, rs, table)
+    synchronize(DEV)
+    bufs, state = ib.snapshot(), [t.clone() for t in state_of(rs)]
+    with pytest.raises(ValueError, match=re.escape(msg)): ib.fill_staged_decode(sl, 1, rs, table)
+    synchronize(DEV)
+    for k, v in ib.buffers().items(): assert torch.equal(v, bufs[k]), k
+    for a, b in zip(state_of(rs), state): assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('attr', ['req_pool_indices', 'decode_input_ids', 'mamba'])
+def test_a_rebound_staging_array_is_refused(attr):
+    ib, rs, table, graph = _engine()
+    sl = ib.decode_slot()
+    with pytest.raises(AttributeError, match=f'StagingSlot.{attr} is a view of pinned staging'):
+        setattr(sl, attr, np.array([3, 5], dtype=np.int32))
+
+
+_BAD_SIZES = [   # public ways in asked to write past the declared buffers (max_bs=4, max_num_tokens=16, width 2)
+    (lambda ib, rs, t: ib.fill_input_buffers(ForwardOp(list(range(40)), list(range(40)), [2] * 40), rs, t, 80),
+     'batch of 40 requests is larger than max_bs=4'),
+    (lambda ib, rs, t: ib.fill_input_buffers(_mixed(input_lengths=[40, 2], input_ids=[1] * 40, shifted_input_ids=[1] * 40,
+                                                    prefill_lengths=[40]), rs, t, 42), 'total_tokens=42 must be'),
+    (lambda ib, rs, t: ib.fill_input_buffers(_mixed(input_lengths=[15, 2], input_ids=[1] * 15, shifted_input_ids=[1] * 15,
+                                                    prefill_lengths=[15]), rs, t, 17), 'total_tokens=17 must be'),
+    (lambda ib, rs, t: ib.fill_dummy_decode_buffers(10**6, 1), 'batch_size must be an integer in [0, 4]'),
+    (lambda ib, rs, t: ib.fill_dummy_decode_buffers(2, 10**6), 'total_tokens must be an integer in [0, 16]'),
+    (lambda ib, rs, t: ib.fill_staged_decode(ib.decode_slot(), 40, rs, t), 'batch of 40 requests is larger than max_bs=4'),
+    (lambda ib, rs, t: ib.fill_staged_decode(ib.decode_slot(), -1, rs, t), 'batch must be an integer >= 0'),
+    (lambda ib, rs, t: ib.fill_staged_decode(ib.decode_slot(), 2.0, rs, t), 'batch must be an integer, got 2.0'),
+]
+
+
+@pytest.mark.parametrize('call, msg', _BAD_SIZES)
+def test_no_public_way_in_writes_past_the_buffers(call, msg):
+    "Refused by name, the whole slab (every buffer, the staging, the bytes no buffer owns) and the state untouched."
+    ib, rs, table, graph = _engine()
+    synchronize(DEV)
+    slab, state = ib.slab.clone(), [t.clone() for t in state_of(rs)]
+    with pytest.raises(ValueError, match=re.escape(msg)): call(ib, rs, table)
+    synchronize(DEV)
+    assert torch.equal(ib.slab, slab)
+    for a, b in zip(state_of(rs), state): assert torch.equal(a, b)

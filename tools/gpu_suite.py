@@ -3,8 +3,9 @@
 
     python tools/gpu_suite.py               # every notebook (nbdev_test, in the background) + every pytest test but
                                             # the docs site's (-n 10), at the same time
-    python tools/gpu_suite.py --sanitize    # positions, fused decode, page tables, host mirror and transports tests,
-                                            # one sanitized process per file, all at once
+    python tools/gpu_suite.py --sanitize    # the kernel tests (positions, staging ring, fused decode, input buffers,
+                                            # page tables, host mirror and transports), one sanitized process per file,
+                                            # all at once
 
 The docs-site tests need Sphinx and Chromium, which a GPU machine without a package index lacks; CI runs them.
 Under the sanitizer the caching allocator is off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`): memcheck sees a write past a
@@ -17,8 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / 'bench' / 'results' / 'gpu_suite.json'
-KERNEL_TESTS = ['tests/test_positions.py', 'tests/test_fused_decode.py', 'tests/test_page_tables.py',
-                'tests/test_host_mirror.py', 'tests/test_host_transport.py']
+KERNEL_TESTS = ['tests/test_positions.py', 'tests/test_staging_ring.py', 'tests/test_fused_decode.py',
+                'tests/test_input_buffers.py', 'tests/test_page_tables.py', 'tests/test_host_mirror.py',
+                'tests/test_host_transport.py']
 
 
 def _xdist(workers: int) -> list[str]:
@@ -145,7 +147,9 @@ def sanitize(workers: int) -> int:
             summaries += len(re.findall(r'ERROR SUMMARY: \d+ errors?$', out, re.M))
             print(f'--- {f}: {c}, rc {rcs.get(f)}\n{_tail(log, 12)}', flush=True)
     duration = time.time() - t0
-    _record(sanitizer_errors=errors, sanitized_tests=counts['passed'] + counts['failed'],
+    complete = summaries == len(KERNEL_TESTS) and all(junit.exists() for junit, _ in files.values())
+    _record(sanitizer_complete=complete, sanitized_files=[Path(f).name for f in KERNEL_TESTS],
+            sanitizer_errors=errors, sanitized_tests=counts['passed'] + counts['failed'],
             sanitizer_failed=counts['failed'], sanitizer_skipped=counts['skipped'], sanitizer_duration_s=round(duration, 1), sanitizer_processes=summaries)
     print(f'sanitizer: {errors} errors in {summaries} processes, tests {counts}, {duration:.0f} s')
     return 1 if errors or not summaries or counts['failed'] or any(rcs.values()) else 0
