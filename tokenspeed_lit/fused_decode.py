@@ -331,14 +331,15 @@ class FusedDecodeStep:
                               self._prefill_starts, b.extend_prefix_lens_buf, b.extend_seq_lens_buf,
                               area[self.layout['cache_start']:], b.req_pool_indices_buf, table, self.page_size,
                               self.max_bs, self.max_num_tokens, b.dummy_kv_slot, by_batch)
-        saved = self.buffers.slab.clone()     # the graphs' warm-up runs empty steps: padding everywhere; put it back
+        saved = self.buffers.slab.clone() if capture else None   # the graphs' warm-up runs empty steps: padding
         me = weakref.ref(self)                # the ring's graphs must not hold the step: a dropped step is freed at once
         self.ring.bind(lambda prefill: me()._work(prefill), capture, vocab_size=vocab_size, num_pool=self.num_pool,
                        fim_stride=input_map.stride(0), fim_width=self.width, table_stride0=table.stride(0),
                        table_stride1=table.stride(1), table_rows=table.shape[0], table_cols=table.shape[1],
                        table_batch_order=int(by_batch))
-        self.buffers.slab.copy_(saved)
-        synchronize(self.device)
+        if capture:                           # everywhere; put the buffers back (built unbound: nothing ran yet)
+            self.buffers.slab.copy_(saved)
+            synchronize(self.device)
 
     def _work(self, prefill: bool = False):
         "The device work after a slot's copy: the fill kernel (`prefill`: then the prefill rows' positions and KV slots)."
