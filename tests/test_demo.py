@@ -2,7 +2,8 @@
 padded tail, a write into a free page and a wrong page in a request's history (through its logits), exit non-zero,
 and name the request, position and slot. With Mooncake installed the default run has the L3 scenario (a second
 engine instance loading the shared prefixes the first stored), and it survives its master killed mid-run."""
-import functools, json, os, subprocess, sys
+import functools, hashlib, json, os, subprocess, sys, time
+import numpy as np
 import pytest
 from l3_servers import mooncake_missing
 
@@ -118,20 +119,20 @@ def test_demo_catches_injected_faults(fault, ranks, words):
 @pytest.mark.parametrize('args, msg', [
     (['--ranks', '0'], 'argument --ranks: must be an integer in [1, 64], got 0'),
     (['--ranks', 'two'], "argument --ranks: 'two' is not an integer"),
-    (['--requests', '0'], 'argument --requests: must be an integer >= 1, got 0'),
-    (['--requests', '-3'], 'argument --requests: must be an integer >= 1, got -3'),
-    (['--seed', '-1'], 'argument --seed: must be an integer >= 0, got -1'),
+    (['--requests', '0'], 'argument --requests: must be an integer in [1, {MAX_REQUESTS}], got 0'),
+    (['--requests', '-3'], 'argument --requests: must be an integer in [1, {MAX_REQUESTS}], got -3'),
+    (['--seed', '-1'], 'argument --seed: must be an integer in [0, 9223372036854775807], got -1'),
     (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
-    from tokenspeed_lit.demo import main
+    from tokenspeed_lit.demo import main, MAX_REQUESTS
     with pytest.raises(SystemExit) as e:
         main(args)
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert msg in err and 'usage:' in err
+    assert msg.format(MAX_REQUESTS=MAX_REQUESTS) in err and 'usage:' in err
 
 
 def test_help_describes_every_option():
@@ -168,3 +169,131 @@ def test_the_parts_of_a_step_are_timed_inside_it():
         assert min(got.values()) > 0 and sum(got.values()) <= total, (i, got, total)
     n_mixed = st['mixed_steps'] + st['prefill_steps']
     assert len(st['prep_parts_mixed_us']) + len(st['prep_us']) == n_mixed      # each such step timed one way
+
+
+def usage_error(args, monkeypatch, capsys) -> str:
+    """`main(args)` in this process must stop with a usage error (exit code 2) within 10 s, before it prints a line or
+    builds, serves or starts anything; returns what it wrote to stderr."""
+    from tokenspeed_lit import demo
+    def started(*a, **k): raise AssertionError('the run started before its options were checked')
+    for name in ('machine_line', '_run', 'serve', 'run_l3', '_serve_ranks', 'LocalMooncake', 'tiny_llama'):
+        monkeypatch.setattr(demo, name, started)
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit) as e:
+        demo.main(args)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == '' and time.monotonic() - t0 < 10, (e.value.code, out, err)
+    assert 'usage:' in err
+    return err
+
+
+def _unwritable(tmp_path) -> str:
+    "A directory this process cannot make a file in: a read-only one, or /proc for root (whom modes do not stop)."
+    if os.geteuid() == 0: return '/proc'
+    d = tmp_path / 'ro'; d.mkdir(); d.chmod(0o555)
+    return str(d)
+
+
+@pytest.mark.parametrize('kind, words', [
+    ('missing dir', ['argument --report:', 'does not exist']),
+    ('missing dir, trailing slash', ['argument --report:', 'is a directory']),
+    ('a directory', ['argument --report:', 'is a directory']),
+    ('unwritable dir', ['argument --report:', 'cannot write']),
+    ('a fifo', ['argument --report:', 'not a regular file']),
+    ('empty', ['argument --report:', 'empty']),
+])
+def test_a_report_that_cannot_be_written_is_a_usage_error(kind, words, tmp_path, monkeypatch, capsys):
+    "--report is checked before the run: a traceback after the whole run lost the report."
+    path = {'missing dir': str(tmp_path / 'no' / 'r.json'), 'missing dir, trailing slash': str(tmp_path / 'new') + '/',
+            'a directory': str(tmp_path), 'unwritable dir': os.path.join(_unwritable(tmp_path), 'r.json'),
+            'a fifo': str(tmp_path / 'fifo'), 'empty': ''}[kind]
+    if kind == 'a fifo': os.mkfifo(path)          # opening it to write would block until a reader came
+    err = usage_error(['--no-l3', '--report', path], monkeypatch, capsys)
+    for w in words: assert w in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (['fifo'] if kind == 'a fifo' else ['ro'] if
+                                                           kind == 'unwritable dir' and os.geteuid() else [])
+
+
+def test_a_writable_report_path_is_accepted_and_left_alone(tmp_path):
+    from tokenspeed_lit.demo import report_path_error
+    assert report_path_error(str(tmp_path / 'r.json')) is None and not list(tmp_path.iterdir())
+    (tmp_path / 'old.json').write_text('kept')
+    assert report_path_error(str(tmp_path / 'old.json')) is None and (tmp_path / 'old.json').read_text() == 'kept'
+
+
+def _few_gib(monkeypatch):
+    from tokenspeed_lit import demo
+    monkeypatch.setattr(demo, 'host_memory_available', lambda: 3 << 30)
+
+
+@pytest.mark.parametrize('args, words, setup', [
+    (['--requests', str(10**12)], ['argument --requests: must be an integer in [1, '], None),
+    (['--requests', '{MAX_REQUESTS_PLUS_1}'], ['argument --requests: must be an integer in [1, '], None),
+    (['--ranks', '8', '--requests', '{MAX_REQUESTS}', '--no-l3'],
+     ['argument --requests: --ranks 8 x --requests', 'requests per rank with --ranks 8'], None),
+    (['--requests', '100000'], ['argument --requests: the L3 scenario would mount a store segment', '--no-l3'], 'l3'),
+    (['--ranks', '8', '--no-l3'], ['argument --ranks: --ranks 8 x --requests', 'of host memory', 'available'], 'few GiB'),
+    (['--ranks', str(10**6)], ['argument --ranks: must be an integer in [1, 64]'], None),
+    (['--verify-width', str(10**6)], ['argument --verify-width: must be an integer in [1, 8]'], None),
+    (['--seed', str(2**64)], ['argument --seed: must be an integer in [0, 9223372036854775807]'], None),
+    ([], ['argument --ranks: must be an integer in [1, 64], got 1000000', "RANKS='1000000'"], 'RANKS'),
+])
+def test_what_an_option_sizes_is_bounded(args, words, setup, monkeypatch, capsys):
+    """Each option that sizes something the demo allocates (requests built up front, the L3 store segment, rank
+    processes) is bounded, and past its bound the run stops at once with a usage error that names the option."""
+    from tokenspeed_lit import demo
+    if setup == 'l3': monkeypatch.setattr(demo, 'mooncake_available', lambda: True)   # the scenario would run
+    if setup == 'few GiB': _few_gib(monkeypatch)
+    if setup == 'RANKS': monkeypatch.setenv('RANKS', str(10**6))
+    args = [a.format(MAX_REQUESTS=demo.MAX_REQUESTS, MAX_REQUESTS_PLUS_1=demo.MAX_REQUESTS + 1) for a in args]
+    err = usage_error(args, monkeypatch, capsys)
+    for w in words: assert w in err, err
+
+
+def test_the_requests_bound_is_what_a_request_holds():
+    "MAX_REQUESTS is derived from request_bytes at the largest sizes, and a request's measured share stays under it."
+    import random, tracemalloc
+    from tokenspeed_lit.demo import DemoConfig, MAX_REQUESTS, REQUEST_BUDGET, request_bytes, request_mix
+    big = DemoConfig.for_device(gpu=True, verify_width=8, requests=1000)
+    assert MAX_REQUESTS == REQUEST_BUDGET // request_bytes(big)
+    tracemalloc.start()
+    mix = request_mix(big, 0, random.Random(0))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(mix) == 1000 and held < 1000 * request_bytes(big)
+
+
+def test_what_instance_2_loaded_is_the_gets_result():
+    """A stale master (its store process died): the match reports every page of the prompt present, the get delivers
+    only the first. The request loads that one page and prefills from there; the other pages count as failed."""
+    from tokenspeed_lit.demo import DemoConfig, L3Plan, Scheduler, _L3_COUNTS
+    from tokenspeed_lit.l3 import OK, TRANSFER_FAIL
+    from tokenspeed_lit.l3_keys import L3Namespace
+    cfg = DemoConfig(requests=4, instance=2, capture_sizes=(1,))
+    s, ps = Scheduler(cfg), cfg.page_size
+    r = next(r for r in s.requests if (r.prompt_len - 1) // ps >= 2)
+    s.l3_ns = L3Namespace(cfg.model_line(), s.mirror, salt=b'test salt')
+    keys = list(s.l3_ns.keys(r.tokens[:(r.prompt_len - 1) // ps * ps]))
+    zeros = hashlib.sha256(np.zeros_like(s.mirror.host_pages[0].numpy())).hexdigest()
+
+    class Handle:
+        def __init__(self, op, keys, codes): self.op, self.keys, self.codes, self.released = op, keys, np.array(codes), True
+        def wait(self, timeout=None): return True
+        @property
+        def prefix(self): return int(np.argmax(self.codes != OK)) if (self.codes != OK).any() else len(self.codes)
+
+    class StaleTier:
+        def match(self, ks): return Handle('match', list(ks), [OK] * len(ks))
+        def get(self, ks, host):
+            s.mirror.host_pages[host[0]].zero_()          # the first page arrives; the store of the others is gone
+            return Handle('get', list(ks), [OK] + [TRANSFER_FAIL] * (len(ks) - 1))
+
+    s.l3 = L3Plan('127.0.0.1:1', '00', 'get', digests={k: zeros for k in keys}, stored=keys)
+    s.l3_tier, s.l3_pending, s.l3_stored = StaleTier(), [], set(keys)
+    s.stats.update({k: 0 for k in _L3_COUNTS}, l3_seconds=0.0)
+    r.pool_row = s.free_rows.pop()
+    s._l3_load(r)
+    assert r.cache_len == r.l3_len == ps and int(s.states.valid_cache_lengths[r.pool_row]) == ps
+    st = s.stats
+    assert (st['l3_hit_pages'], st['l3_pages_checked'], st['l3_failed_pages']) == (1, 1, len(keys) - 1)
+    assert st['l3_tokens_saved'] == ps and st['l3_tokens_recomputed'] == (len(keys) - 1) * ps

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_contract.ipynb #ab1b9e37
 from __future__ import annotations
-import contextlib, operator, os
+import contextlib, math, operator, os
 import numpy as np
 import torch
 from .device import HAS_ACCEL, as_device, triton_interpreted
@@ -12,8 +12,8 @@ from .device import HAS_ACCEL, as_device, triton_interpreted
 # %% auto #0
 __all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_runnable',
            'check_device', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len', 'check_capacity',
-           'check_positive', 'check_same_device', 'check_kernel_device', 'device_checks_enabled', 'device_value_checks',
-           'check_values', 'check_unique']
+           'check_positive', 'check_same_device', 'check_kernel_device', 'check_seconds', 'device_checks_enabled',
+           'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/07_contract.ipynb #00e8a28f
 class InputTypeError(TypeError, ValueError):
@@ -157,6 +157,16 @@ def check_kernel_device(**tensors):
     if devs[0] < 0 and not triton_interpreted():
         k, t = next((k, t) for k, t in tensors.items() if t is not None)
         raise ValueError(f'{k} is on {t.device}: compiled Triton kernels need GPU tensors')
+
+# %% ../nbs/07_contract.ipynb #fc90b5b3
+def check_seconds(name: str, v, hi: float = math.inf, zero: bool = False) -> float:
+    "`v` as a float number of seconds in `(0, hi]` (`[0, hi]` with `zero`); refuses bools, strings and NaN."
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f'{name} must be a number of seconds, got {v!r} ({type(v).__name__})')
+    s = float(v)
+    if not (s >= 0 if zero else s > 0) or not s <= hi:
+        raise ValueError(f"{name} must lie in {'[' if zero else '('}0, {hi:g}], got {v!r}")
+    return s
 
 # %% ../nbs/07_contract.ipynb #84e83e6d
 CHECK_DEVICE_VALUES: bool = os.environ.get('TOKENSPEED_LIT_CHECK', '0').strip() not in ('', '0')

@@ -27,9 +27,11 @@ from .l3 import L3Tier, LocalMooncake, MooncakeStore, MISS, INSTALL_HINT, moonca
 from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
-__all__ = ['SENTINEL', 'prompt_token', 'DemoConfig', 'Request', 'system_prompts', 'request_mix', 'DemoViolation', 'Scheduler',
-           'Progress', 'serve', 'report', 'L3Plan', 'run_l3', 'instance_main', 'l3_report', 'machine_line', 'int_arg',
-           'l3_skip_reason', 'l3_json', 'json_report', 'parser', 'main']
+__all__ = ['SENTINEL', 'REQUEST_BUDGET', 'L3_BUDGET', 'RANK_BYTES', 'L3_KEY_BYTES', 'MAX_RANKS', 'MAX_REQUESTS', 'prompt_token',
+           'DemoConfig', 'Request', 'system_prompts', 'request_mix', 'DemoViolation', 'Scheduler', 'Progress', 'serve',
+           'report', 'L3Plan', 'host_page_bytes', 'l3_segment_bytes', 'run_l3', 'instance_main', 'l3_report',
+           'machine_line', 'int_arg', 'request_bytes', 'l3_request_bytes', 'host_memory_available', 'size_error',
+           'report_path_error', 'l3_skip_reason', 'l3_json', 'json_report', 'parser', 'check_options', 'main']
 
 # %% ../nbs/31_demo.ipynb #7050651b
 def prompt_token(uid: int, position: int, vocab: int) -> int:
@@ -71,7 +73,7 @@ class DemoConfig:
     p_bad_id: float = 0.05      # a draft candidate is out of the vocabulary (must be clamped)
     capture_sizes: tuple = (1, 2, 4, 8)
     seed: int = 0
-    max_steps: int = 3000
+    max_steps: int = 3000       # a run in which no request finished for this many steps has stalled (a violation)
     fault: str = 'none'         # 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page' (caught), 'l3-down' (survived)
     sliding_pages: int = 3      # the second KV group: a sliding window, a ring of this many pages per request
     draft_ratio: int = 2        # the draft model's pages: this many per page of the target's table
@@ -82,9 +84,9 @@ class DemoConfig:
     l3_requests: int = 16       # requests of instance 2 (at most `requests`)
 
     @classmethod
-    def for_device(cls, **kw):
-        "Small defaults under the Triton interpreter, larger ones on a GPU."
-        if not triton_interpreted():
+    def for_device(cls, gpu: bool | None = None, **kw):
+        "Small defaults under the Triton interpreter, larger ones on a GPU (`gpu`: the GPU's or not, wherever it runs)."
+        if (not triton_interpreted()) if gpu is None else gpu:
             kw = dict(dict(requests=256, max_bs=64, max_num_tokens=512, num_pages=4096, host_pages=2048, layers=4,
                            heads=8, kv_heads=2, head_dim=64, intermediate=1024, vocab=8192,
                            max_prompt=300, max_output=32, chunk=128, arrivals_per_step=8,
@@ -792,20 +794,21 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True,
     bar = Progress(cfg.requests * world, 'requests finished' + label) if progress and rank == 0 else None
     def on_gc(phase, info):                              # a collection that starts inside a step's input preparation
         if phase == 'start' and s.in_prep: s.stats['gc_in_prep'] += 1
-    gen0 = gc.get_stats()[0]['collections']
+    gen0, done, done_at = gc.get_stats()[0]['collections'], 0, 0   # requests finished (all ranks), and at which step
     gc.callbacks.append(on_gc)
     try:
         while True:
             rows, decode_only = s.plan_step() if s.has_work else ([], True)
             want, prefill, work = dist_all_reduce([len(rows), int(not decode_only), int(s.has_work)], 'max')
             if not work: break
-            if s.step_no > cfg.max_steps:
+            if s.step_no - done_at > cfg.max_steps:
                 states = collections.Counter(r.state for r in s.requests)
-                raise DemoViolation(f'no progress after {cfg.max_steps} steps (requests: {dict(states)}; '
-                                    f'{s.pool.num_free} free pages, {len(s.free_rows)} free pool rows)')
+                raise DemoViolation(f'no progress after {cfg.max_steps} steps without a request finishing (requests: '
+                                    f'{dict(states)}; {s.pool.num_free} free pages, {len(s.free_rows)} free pool rows)')
             padded = pick_capture_size(want, cfg.capture_sizes) if want and not prefill else None
             if rows or padded is not None: s.run_step(rows, padded)
             finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
+            if finished > done: done, done_at = finished, s.step_no
             if bar: bar.update(finished)
     finally:
         gc.callbacks.remove(on_gc)
@@ -1006,12 +1009,21 @@ def _native_logs_to(path: str):
         sys.stderr.flush(); os.dup2(saved, 2); os.close(saved)
         if sys.stderr is not keep: sys.stderr.close(); sys.stderr = keep
 
+# %% ../nbs/31_demo.ipynb #c06acb46
+def host_page_bytes(cfg: DemoConfig) -> int:
+    "Bytes of one host page, one L3 object, at `cfg`'s KV layout (the mirror's flat page; a pool on the meta device)."
+    return flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
+                                                head_dim=cfg.head_dim, dtype=torch.float32, device='meta'))
+
+def l3_segment_bytes(cfg: DemoConfig) -> int:
+    "The store segment the scenario mounts: 1.5 x every full prompt page instance 1 may put; 32 MiB at least."
+    return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) // 2)
+
 # %% ../nbs/31_demo.ipynb #90592c2a
 def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
     "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
-    page = flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
-                                                head_dim=cfg.head_dim, dtype=torch.float32, device='meta'))
-    srv = LocalMooncake(segment_bytes=max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * page // 2))
+    page = host_page_bytes(cfg)
+    srv = LocalMooncake(segment_bytes=l3_segment_bytes(cfg))
     info = dict(master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=page, systems=len(system_prompts(cfg)))
     try:
         with _native_logs_to(os.path.join(srv.log_dir, 'clients.log')):
@@ -1135,6 +1147,68 @@ def int_arg(lo: int, hi: int | None = None):
     parse.__name__ = 'integer'
     return parse
 
+# %% ../nbs/31_demo.ipynb #0143cef0
+REQUEST_BUDGET = 2 << 30     # host bytes the requests of a run may hold, every rank's together
+L3_BUDGET = 4 << 30          # host bytes of the L3 scenario: its store segment and the bookkeeping of its keys
+RANK_BYTES = 512 << 20       # host bytes of one engine process: torch, transformers, the model (450 MB measured on a CPU)
+L3_KEY_BYTES = 1536          # host bytes per page put: its key and digest in both instances, and in the plan's JSON
+MAX_RANKS = 64
+
+def request_bytes(cfg: DemoConfig) -> int:
+    "Host bytes a request holds for the whole run, at most: its tokens (40 bytes each: a list slot, an int), its prompt's two int32 arrays, 1.25 KiB (the `Request`, its share of the statistics)."
+    return 40 * (cfg.max_prompt + cfg.max_output + cfg.verify_width) + 2 * (112 + 4 * cfg.max_prompt) + 1280
+
+def l3_request_bytes(cfg: DemoConfig) -> int:
+    "Host bytes of the L3 scenario per request of instance 1: its full prompt pages in the segment, and their keys."
+    pages = cfg.max_prompt // cfg.page_size
+    return pages * (3 * host_page_bytes(cfg) // 2 + L3_KEY_BYTES)
+
+MAX_REQUESTS = REQUEST_BUDGET // request_bytes(DemoConfig.for_device(gpu=True, verify_width=8))   # per rank
+
+# %% ../nbs/31_demo.ipynb #0171cdcf
+def host_memory_available() -> int | None:
+    "The host's available memory in bytes (`MemAvailable` of /proc/meminfo), or None where it cannot be read."
+    try:
+        with open('/proc/meminfo') as f:
+            return next(int(l.split()[1]) << 10 for l in f if l.startswith('MemAvailable:'))
+    except (OSError, StopIteration, ValueError, IndexError): return None
+
+def size_error(cfg: DemoConfig, ranks: int, l3: bool) -> str | None:
+    "Why the run's options ask for more memory than the demo affords, naming the option; None when they fit."
+    n, rb, gb = cfg.requests, request_bytes(cfg), lambda b: f'{b / 2**30:.1f} GiB'
+    if ranks * n * rb > REQUEST_BUDGET:
+        return (f'argument --requests: --ranks {ranks} x --requests {n} would hold {gb(ranks * n * rb)} of requests '
+                f'({rb} bytes each), more than the {gb(REQUEST_BUDGET)} the demo allows them: at most '
+                f'{REQUEST_BUDGET // (ranks * rb)} requests per rank with --ranks {ranks}')
+    per = l3_request_bytes(cfg) if l3 else 0
+    if n * per > L3_BUDGET:
+        return (f'argument --requests: the L3 scenario would mount a store segment of {gb(l3_segment_bytes(cfg))} for '
+                f'--requests {n} (half as much again as their full prompt pages of {host_page_bytes(cfg)} bytes), more '
+                f'than the {gb(L3_BUDGET)} it may hold: at most {L3_BUDGET // per} requests, or --no-l3')
+    procs = ranks + (2 if l3 else 0)                     # the L3 scenario: instance 2 and the store process besides
+    need = procs * RANK_BYTES + ranks * n * rb + (l3_segment_bytes(cfg) + n * per if l3 else 0)
+    avail = host_memory_available()
+    if avail is not None and need > avail:
+        return (f"argument {'--ranks' if ranks > 1 else '--requests'}: --ranks {ranks} x --requests {n} need about "
+                f'{gb(need)} of host memory ({procs} processes of about {gb(RANK_BYTES)}, their requests'
+                f"{' and the L3 segment' if l3 else ''}), more than the {gb(avail)} available")
+    return None
+
+# %% ../nbs/31_demo.ipynb #069578a3
+def report_path_error(path: str) -> str | None:
+    "Why the JSON report cannot be written to `path`, or None: checked before the run, which would end with it lost."
+    if not path: return 'the path is empty'
+    d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or path.endswith(('/', os.sep)): return f'{path!r} is a directory'
+    if os.path.lexists(path) and not os.path.isfile(path): return f'{path!r} is not a regular file'
+    if not os.path.exists(d): return f'its directory {d!r} does not exist'
+    if not os.path.isdir(d): return f'{d!r} is not a directory'
+    try:
+        if os.path.exists(path): open(path, 'a').close()        # opened to append: nothing written
+        else: tempfile.TemporaryFile(dir=d).close()              # a file can be made there
+    except OSError as e: return f'cannot write {path!r}: {e.strerror}'
+    return None
+
 # %% ../nbs/31_demo.ipynb #b75e5502
 def l3_skip_reason(ranks: int = 1, off: bool = False) -> str | None:
     "Why a run goes without the L3 scenario, or None: it needs one rank and Mooncake installed."
@@ -1210,13 +1284,16 @@ def parser() -> argparse.ArgumentParser:
     "The demo's command line."
     ap = argparse.ArgumentParser(prog='python -m tokenspeed_lit.demo',
                                  description='tokenspeed_lit serving-loop demo: every rule checked every step')
-    ap.add_argument('--ranks', type=int_arg(1, 64), default=os.environ.get('RANKS') or '1', metavar='N',
-                    help='data-parallel ranks, one process each (NCCL with a GPU per rank, else gloo); '
-                         'default: $RANKS or 1')
-    ap.add_argument('--requests', type=int_arg(1), metavar='N',
-                    help='requests per rank (default: 64 under the Triton interpreter, 256 on a GPU)')
-    ap.add_argument('--seed', type=int_arg(0), default=0, metavar='S',
-                    help='seed of the request mix, arrivals and faults (default: 0)')
+    ap.add_argument('--ranks', type=int_arg(1, MAX_RANKS), metavar='N',      # None: $RANKS, checked in check_options
+                    help=f'data-parallel ranks, one process each (NCCL with a GPU per rank, else gloo), 1 to {MAX_RANKS} '
+                         f'and as many as the host memory holds; default: $RANKS or 1')
+    ap.add_argument('--requests', type=int_arg(1, MAX_REQUESTS), metavar='N',
+                    help=f'requests per rank, 1 to {MAX_REQUESTS} (the requests may hold {REQUEST_BUDGET >> 30} GiB of host '
+                         f'memory, at most {request_bytes(DemoConfig.for_device(gpu=True, verify_width=8))} bytes each; fewer '
+                         f'with several ranks, and with the L3 scenario, whose store segment holds every prompt page: '
+                         f'{L3_BUDGET >> 30} GiB) (default: 64 under the Triton interpreter, 256 on a GPU)')
+    ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
+                    help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
     ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page', 'l3-down'],
@@ -1231,18 +1308,31 @@ def parser() -> argparse.ArgumentParser:
                          'from Mooncake Store)')
     ap.add_argument('--report', metavar='PATH',
                     help="also write the run's report as JSON to PATH (the machine, the input preparation's host "
-                         "time in the loop and repeated at once, part by part, the checks, L3)")
+                         "time in the loop and repeated at once, part by part, the checks, L3); its directory must "
+                         "exist and be writable, checked before the run")
     return ap
+
+# %% ../nbs/31_demo.ipynb #54baf290
+def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
+    "Every check of the command line past argparse's, before anything is built: (the run's config, why it skips L3)."
+    if a.ranks is None:                                  # the default comes from the environment: checked as --ranks
+        env = os.environ.get('RANKS') or '1'
+        try: a.ranks = int_arg(1, MAX_RANKS)(env)
+        except argparse.ArgumentTypeError as e: ap.error(f'argument --ranks: {e} (its default, from RANKS={env!r})')
+    if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
+    skip = l3_skip_reason(a.ranks, a.no_l3)
+    if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
+    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
+    cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
+    if why := size_error(cfg, a.ranks, l3=not skip): ap.error(why)
+    return cfg, skip
 
 # %% ../nbs/31_demo.ipynb #6767ed3e
 def main(argv=None) -> int:
     "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
     ap = parser()
     a = ap.parse_args(argv)
-    skip = l3_skip_reason(a.ranks, a.no_l3)
-    if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
-    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
-    cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
+    cfg, skip = check_options(ap, a)                      # usage errors (exit code 2) before anything is built
     print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
     print(f'model: {cfg.model_line()}')
     print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
@@ -1258,9 +1348,11 @@ def main(argv=None) -> int:
         last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
         failure = f'VIOLATION (in another process): {last}' if 'DemoViolation' in str(e) else f'FAILED: {last}'
     if failure is None and not stats['checks']: failure = 'FAILED: no check ran'   # never claim an unchecked run
-    if a.report:
-        with open(a.report, 'w') as f:
-            json.dump(json_report(stats, l3 and l3['json'], cfg, a.ranks, time.time() - t0, failure), f, indent=1)
+    if a.report is not None:
+        try:
+            with open(a.report, 'w') as f:
+                json.dump(json_report(stats, l3 and l3['json'], cfg, a.ranks, time.time() - t0, failure), f, indent=1)
+        except OSError as e: failure = failure or f'FAILED: the report could not be written to {a.report}: {e.strerror}'
     if failure: print(f'\n{failure}'); return 1
     print(report(stats)); print(l3['lines'])
     print(f'all checks passed in {time.time() - t0:.1f}s')

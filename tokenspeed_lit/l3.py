@@ -4,21 +4,22 @@
 
 # %% ../nbs/24_l3.ipynb #8cd938a5
 from __future__ import annotations
-import atexit, ctypes, importlib.util, json, os, select, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import atexit, contextlib, ctypes, importlib.util, json, os, re, select, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from fastcore.basics import patch
+from .contract import InputTypeError, check_int, check_seconds
 from .l3_keys import L3Keys, L3Namespace, layout_fingerprint
 
 # %% auto #0
 __all__ = ['OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY', 'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL', 'RPC_FAIL',
            'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN', 'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES', 'SAFE_CODES',
-           'DOWN_CODES', 'INSTALL_HINT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'code_name', 'L3Store',
-           'mooncake_available', 'check_master', 'MooncakeStore', 'mooncake_master_path', 'free_port', 'serve_segment',
-           'LocalMooncake', 'L3Handle', 'L3Tier']
+           'DOWN_CODES', 'INSTALL_HINT', 'MIN_SEGMENT', 'QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'code_name',
+           'L3Store', 'mooncake_available', 'check_master', 'size_bytes', 'MooncakeStore', 'mooncake_master_path',
+           'free_port', 'serve_segment', 'LocalMooncake', 'L3Handle', 'L3Tier']
 
 # %% ../nbs/24_l3.ipynb #4f8ff9c5
 OK, PENDING = 0, 1
@@ -68,91 +69,149 @@ def mooncake_available() -> bool:
 # %% ../nbs/24_l3.ipynb #d59432ca
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = str(address).rpartition(':')
-    if not host or not port.isdigit(): raise ValueError(f"master must be 'host:port', got {address!r}")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"master must be 'host:port', got {address!r}")
     return host, int(port)
 
 def check_master(address: str, timeout_s: float = 2.0) -> None:
-    "Raise ConnectionError, naming `address`, unless a TCP connection to the master opens within `timeout_s`."
+    "Raise ConnectionError, naming `address`, unless a Mooncake master there answers a probe within `timeout_s`."
+    timeout_s = check_seconds('timeout_s', timeout_s, hi=3600)
     host, port = _host_port(address)
-    try: socket.create_connection((host, port), timeout=timeout_s).close()
+    try: s = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as e: raise ConnectionError(f'cannot reach the Mooncake master at {address}: {e}') from None
+    with s:
+        try: s.sendall(bytes(20)); answer = s.recv(1)       # a header with magic byte 0: a master hangs up
+        except TimeoutError: answer = None
+        except ConnectionResetError: answer = b''
+    if answer is None:
+        raise ConnectionError(f'the Mooncake master at {address} accepted a connection but did not answer '
+                              f'within {timeout_s:g} s (a frozen master, or not a Mooncake master)')
+    if answer: raise ConnectionError(f'{address} is not a Mooncake master (it answered a bad request with data)')
+
+# %% ../nbs/24_l3.ipynb #b7124818
+MIN_SEGMENT = 16 << 20        # measured: Mooncake 0.3.13 fails to allocate a mounted segment of less
+_UNITS = {'': 1, 'b': 1} | {u + s: 1 << (10 * i) for i, u in enumerate('kmgt', 1) for s in ('', 'b', 'ib')}
+
+def size_bytes(name: str, value) -> int:
+    "`value` (an int >= 0, or a size string such as '16mb', '2gb', '512 KiB') as bytes; ValueError/TypeError naming `name`."
+    if not isinstance(value, str): return check_int(name, value, 0)
+    m = re.fullmatch(r'\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*', value)
+    unit = _UNITS.get(m[2].lower()) if m else None
+    if unit is None: raise ValueError(f"{name} must be a byte count or a size such as '16mb' or '2gb', got {value!r}")
+    return int(float(m[1]) * unit) if '.' in m[1] else int(m[1]) * unit
 
 # %% ../nbs/24_l3.ipynb #7e70df03
 class MooncakeStore:
     "`L3Store` over Mooncake's client: zero-copy `batch_put_from`/`batch_get_into` on registered host memory."
     def __init__(self, master: str, *, protocol: str = 'tcp', metadata_server: str = 'P2PHANDSHAKE',
-                 local_hostname: str = '127.0.0.1', segment_bytes: int = 0, local_buffer_bytes: int = 16 << 20,
+                 local_hostname: str = '127.0.0.1', segment_bytes: int | str = 0, local_buffer_bytes: int | str = 16 << 20,
                  device: str = '', tenant_id: str = 'default', connect_timeout_s: float = 2.0):
+        segment_bytes, local_buffer_bytes = size_bytes('segment_bytes', segment_bytes), size_bytes('local_buffer_bytes', local_buffer_bytes)
+        if 0 < segment_bytes < MIN_SEGMENT:
+            raise ValueError(f'segment_bytes must be 0 (mount nothing) or at least {MIN_SEGMENT >> 20} MiB, got {segment_bytes}')
+        connect_timeout_s = check_seconds('connect_timeout_s', connect_timeout_s, hi=3600)
+        for name, v in dict(protocol=protocol, metadata_server=metadata_server, local_hostname=local_hostname,
+                            device=device, tenant_id=tenant_id).items():
+            if not isinstance(v, str): raise InputTypeError(f'{name} must be a str, got {type(v).__name__}')
         client_class = _mooncake_client_class()
-        check_master(master, connect_timeout_s)
-        self.master, self.protocol, self.segment_bytes = master, protocol, int(segment_bytes)
-        self._client, self._buffers, self._closed = client_class(), {}, False
+        check_master(master, connect_timeout_s)                  # bounded: a master that never answers fails here
+        self.master, self.protocol, self.segment_bytes = master, protocol, segment_bytes
+        self._client, self._buffers = client_class(), {}
+        self._lock, self._calls, self._closed = threading.Lock(), 0, False   # calls inside the client; see close
         extra = {} if tenant_id == 'default' else {'tenant_id': tenant_id}   # older wheels lack the argument
-        ret = self._client.setup(local_hostname, metadata_server, self.segment_bytes, int(local_buffer_bytes),
+        ret = self._client.setup(local_hostname, metadata_server, segment_bytes, local_buffer_bytes,
                                  protocol, device, master, **extra)
-        if ret != 0: raise RuntimeError(f'Mooncake setup against {master} failed with code {ret}')
+        if ret != 0: self._closed = True; raise RuntimeError(f'Mooncake setup against {master} failed with code {ret}')
 
     @classmethod
     def from_config(cls, config: dict | str | None = None, **overrides) -> MooncakeStore:
         "A store from a dict, a JSON file path, or (None) the environment's MOONCAKE_* variables."
         if isinstance(config, str):
             with open(config) as f: config = json.load(f)
+        if config is not None and not isinstance(config, dict): raise InputTypeError(f'config must be a dict, a path or None, got {type(config).__name__}')
         env = os.environ if config is None else {}
-        config, get = dict(config or {}), lambda k, e, d: config.get(k, env.get(e, d))
-        master = get('master_server_address', 'MOONCAKE_MASTER', None)
+        config = dict(config or {})
+        def get(key, var, default):
+            if key in config: return key, config[key]
+            return (var, env[var]) if var in env else (key, default)
+        master = get('master_server_address', 'MOONCAKE_MASTER', None)[1]
         if not master: raise ValueError('no Mooncake master: set master_server_address or MOONCAKE_MASTER')
-        kw = dict(protocol=get('protocol', 'MOONCAKE_PROTOCOL', 'tcp'),
-                  metadata_server=get('metadata_server', 'MOONCAKE_TE_META_DATA_SERVER', 'P2PHANDSHAKE'),
-                  local_hostname=get('local_hostname', 'MOONCAKE_LOCAL_HOSTNAME', '127.0.0.1'),
-                  segment_bytes=int(get('global_segment_size', 'MOONCAKE_GLOBAL_SEGMENT_SIZE', 0)),
-                  device=get('device_name', 'MOONCAKE_DEVICE', ''), tenant_id=get('tenant_id', 'MOONCAKE_TENANT_ID', 'default'))
+        kw = dict(protocol=get('protocol', 'MOONCAKE_PROTOCOL', 'tcp')[1],
+                  metadata_server=get('metadata_server', 'MOONCAKE_TE_META_DATA_SERVER', 'P2PHANDSHAKE')[1],
+                  local_hostname=get('local_hostname', 'MOONCAKE_LOCAL_HOSTNAME', '127.0.0.1')[1],
+                  segment_bytes=size_bytes(*get('global_segment_size', 'MOONCAKE_GLOBAL_SEGMENT_SIZE', 0)),
+                  local_buffer_bytes=size_bytes(*get('local_buffer_size', 'MOONCAKE_LOCAL_BUFFER_SIZE', 16 << 20)),
+                  device=get('device_name', 'MOONCAKE_DEVICE', '')[1], tenant_id=get('tenant_id', 'MOONCAKE_TENANT_ID', 'default')[1])
         return cls(master, **(kw | overrides))
 
-    def __repr__(self): return f'MooncakeStore({self.master}, {self.protocol}, mounts {self.segment_bytes} bytes)'
+    def __repr__(self):
+        return f'MooncakeStore({self.master}, {self.protocol}, mounts {self.segment_bytes} bytes{", closed" if self._closed else ""})'
 
 # %% ../nbs/24_l3.ipynb #e5946af4
 @patch
 def register(self: MooncakeStore, buffer: torch.Tensor) -> None:
     "Register `buffer` (a contiguous host tensor) for zero-copy transfers; a second call for it is a no-op."
-    if buffer.device.type != 'cpu' or not buffer.is_contiguous():
+    if not isinstance(buffer, torch.Tensor) or buffer.device.type != 'cpu' or not buffer.is_contiguous():
         raise ValueError('buffer must be a contiguous host tensor')
     ptr, nbytes = buffer.data_ptr(), buffer.numel() * buffer.element_size()
     if self._buffers.get(ptr) == nbytes: return
-    ret = self._client.register_buffer(ptr, nbytes)
+    with self._inside('register'): ret = self._client.register_buffer(ptr, nbytes)
     if ret != 0: raise RuntimeError(f'Mooncake register_buffer({nbytes} bytes) failed with code {ret}')
     self._buffers[ptr] = nbytes
 
 @patch
-def _pointers(self: MooncakeStore, buffer: torch.Tensor, offsets, sizes) -> list[int]:
-    ptr = buffer.data_ptr()
-    nbytes = self._buffers.get(ptr)
+def _pointers(self: MooncakeStore, keys, buffer: torch.Tensor, offsets, sizes) -> list[int]:
+    "Absolute addresses of `offsets` into registered `buffer`, after checking every range and the counts."
+    if not isinstance(buffer, torch.Tensor): raise ValueError('buffer must be a registered host tensor')
+    nbytes = self._buffers.get(buffer.data_ptr())
     if nbytes is None: raise ValueError('buffer is not registered with this store: call register(buffer) first')
     o, s = np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
-    if len(o) != len(s): raise ValueError(f'{len(o)} offsets but {len(s)} sizes')
+    if not len(o) == len(s) == len(keys): raise ValueError(f'{len(keys)} keys, {len(o)} offsets and {len(s)} sizes')
     if len(o) and (o.min() < 0 or s.min() <= 0 or (o + s).max() > nbytes):
         raise ValueError(f'offsets/sizes reach outside the registered buffer of {nbytes} bytes')
-    return (o + ptr).tolist()
+    return (o + buffer.data_ptr()).tolist()
 
 # %% ../nbs/24_l3.ipynb #c53271b6
 @patch
+@contextlib.contextmanager
+def _inside(self: MooncakeStore, what: str):
+    "Run one client call: refused once closed; the last call out of a closed store closes the client."
+    with self._lock:
+        if self._closed: raise RuntimeError(f'{what} on a closed store ({self.master}): nothing was sent')
+        self._calls += 1
+    try: yield
+    finally:
+        with self._lock: self._calls -= 1; last = self._closed and self._calls == 0
+        if last: self._client.close()
+
+@patch
+def close(self: MooncakeStore) -> None:
+    "Refuse every later call; close the client now, or when the last call inside it returns (idempotent, never blocks)."
+    with self._lock:
+        if self._closed: return
+        self._closed, now = True, self._calls == 0
+    if now: self._client.close()
+
+@patch(as_prop=True)
+def closed(self: MooncakeStore) -> bool: return self._closed
+
+@patch
 def batch_exists(self: MooncakeStore, keys: list[str]) -> list[int]:
     "Per key: 1 present (a complete replica), 0 absent, negative a Mooncake error."
-    return list(self._client.batch_is_exist(list(keys)))
+    keys = list(keys)
+    with self._inside('batch_exists'): return list(self._client.batch_is_exist(keys))
 
 @patch
 def batch_put_from(self: MooncakeStore, keys, buffer, offsets, sizes) -> list[int]:
     "Store `sizes[i]` bytes at `buffer + offsets[i]` under `keys[i]`; per key 0 or a negative error."
-    return list(self._client.batch_put_from(list(keys), self._pointers(buffer, offsets, sizes), list(sizes)))
+    keys = list(keys); ptrs = self._pointers(keys, buffer, offsets, sizes)
+    with self._inside('batch_put_from'): return list(self._client.batch_put_from(keys, ptrs, list(sizes)))
 
 @patch
 def batch_get_into(self: MooncakeStore, keys, buffer, offsets, sizes) -> list[int]:
     "Read object `keys[i]` into `buffer + offsets[i]` (at most `sizes[i]` bytes); per key the bytes read or an error."
-    return list(self._client.batch_get_into(list(keys), self._pointers(buffer, offsets, sizes), list(sizes)))
-
-@patch
-def close(self: MooncakeStore) -> None:
-    "Close the client (its mounted memory, and the objects in it, leave the store); idempotent."
-    if not self._closed: self._closed = True; self._client.close()
+    keys = list(keys); ptrs = self._pointers(keys, buffer, offsets, sizes)
+    with self._inside('batch_get_into'): return list(self._client.batch_get_into(keys, ptrs, list(sizes)))
 
 # %% ../nbs/24_l3.ipynb #a03b1cdb
 def mooncake_master_path() -> str:
@@ -192,10 +251,15 @@ def _wait_until(ok, timeout_s: float, what: str, log: str):
     raise RuntimeError(f'{what} did not start within {timeout_s} s; log tail:\n{tail}')
 
 # %% ../nbs/24_l3.ipynb #c916cb85
+def _ram_bytes() -> int:
+    "This machine's physical memory: no store process can mount more."
+    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
 class LocalMooncake:
     "A `mooncake_master` and a store process mounting `segment_bytes`, on free 127.0.0.1 ports, stopped by pid."
-    def __init__(self, segment_bytes: int = 256 << 20, start: bool = True, log_dir: str | None = None):
-        self.segment_bytes, self.rpc_port, self.metrics_port = int(segment_bytes), free_port(), free_port()
+    def __init__(self, segment_bytes: int | str = 256 << 20, start: bool = True, log_dir: str | None = None):
+        self.segment_bytes = check_int('segment_bytes', size_bytes('segment_bytes', segment_bytes), MIN_SEGMENT, _ram_bytes())
+        self.rpc_port, self.metrics_port = free_port(), free_port()
         self.master = f'127.0.0.1:{self.rpc_port}'
         self.log_dir = log_dir or tempfile.mkdtemp(prefix='tsl3-')
         self.master_proc = self.store_proc = None
@@ -243,9 +307,11 @@ def start_store(self: LocalMooncake):
 # %% ../nbs/24_l3.ipynb #b302e7b2
 @patch
 def start(self: LocalMooncake) -> LocalMooncake:
-    "Start the master, then the store process; returns self."
-    if self.master_proc is None or self.master_proc.poll() is not None: self.start_master()
-    if self.store_proc is None or self.store_proc.poll() is not None: self.start_store()
+    "Start the master, then the store process; returns self. If either fails to start, both are stopped."
+    try:
+        if self.master_proc is None or self.master_proc.poll() is not None: self.start_master()
+        if self.store_proc is None or self.store_proc.poll() is not None: self.start_store()
+    except BaseException: self.stop(); raise
     return self
 
 def _kill(p, timeout_s: float = 5.0):
@@ -291,11 +357,18 @@ class L3Handle:
         return f'L3Handle({self.op}, {self.n} pages, {state}, {int(self.ok.sum())} ok, {self._nheld} held)'
 
 # %% ../nbs/24_l3.ipynb #f988b1cd
+def _wait_s(timeout) -> float | None:
+    "A wait's `timeout`: None (no limit), or seconds >= 0; longer than threading can wait counts as no limit."
+    if timeout is None: return None
+    t = check_seconds('timeout', timeout, zero=True)
+    return None if t >= threading.TIMEOUT_MAX else t
+
 @patch(as_prop=True)
 def done(self: L3Handle) -> bool: return self._pending == 0
 @patch
 def wait(self: L3Handle, timeout: float | None = None) -> bool:
     "Block until every page has its final code (or `timeout` seconds pass); True when done."
+    timeout = _wait_s(timeout)
     with self._cv: return self._cv.wait_for(lambda: self._pending == 0, timeout)
 @patch(as_prop=True)
 def codes(self: L3Handle) -> np.ndarray:
@@ -322,6 +395,7 @@ def released(self: L3Handle) -> bool: return self._nheld == 0
 @patch
 def wait_released(self: L3Handle, timeout: float | None = None) -> bool:
     "Block until the store has returned from every request of this call (or `timeout` passes)."
+    timeout = _wait_s(timeout)
     with self._cv: return self._cv.wait_for(lambda: self._nheld == 0, timeout)
 
 # %% ../nbs/24_l3.ipynb #75be2f17
@@ -338,17 +412,21 @@ class L3Tier:
     def __init__(self, mirror, store: L3Store, namespace: L3Namespace, *, timeout_s: float = 1.0,
                  batch_bytes: int = 64 << 20, max_batch_pages: int = 256, max_queued_pages: int = 8192,
                  workers: int = 2, probe_interval_s: float = 0.2):
-        if not isinstance(namespace, L3Namespace): raise TypeError('namespace must be an L3Namespace')
+        timeout_s, probe_interval_s = check_seconds('timeout_s', timeout_s, hi=3600), check_seconds('probe_interval_s', probe_interval_s, hi=3600)
+        batch_bytes, max_batch_pages = check_int('batch_bytes', batch_bytes, 1), check_int('max_batch_pages', max_batch_pages, 1)
+        max_queued_pages, workers = check_int('max_queued_pages', max_queued_pages, 1), check_int('workers', workers, 1, 64)
+        if not isinstance(store, L3Store): raise InputTypeError(f'store must implement L3Store, got {type(store).__name__}')
+        if not isinstance(namespace, L3Namespace): raise InputTypeError('namespace must be an L3Namespace')
+        if not hasattr(mirror, 'tensor_pairs'): raise InputTypeError(f'mirror must be a FlatHostMirror, got {type(mirror).__name__}')
         if namespace.layout != layout_fingerprint(mirror):
             raise ValueError('namespace was made for another KV layout than this mirror\'s (see layout_fingerprint)')
         buf = mirror.host_pages
         if buf.dim() != 2 or buf.dtype != torch.uint8 or not buf.is_contiguous():
             raise ValueError('mirror.host_pages must be a contiguous [num_host_pages, page_bytes] uint8 tensor')
-        if not 0 < timeout_s <= 3600: raise ValueError(f'timeout_s must lie in (0, 3600], got {timeout_s}')
         self.mirror, self.store, self.namespace, self.timeout_s = mirror, store, namespace, float(timeout_s)
         self.num_host_pages, self.page_bytes = buf.shape[0], buf.shape[1]
-        self.batch_pages = max(1, min(int(max_batch_pages), int(batch_bytes) // self.page_bytes))
-        self.max_queued_pages, self.probe_interval_s = int(max_queued_pages), float(probe_interval_s)
+        self.batch_pages = max(1, min(max_batch_pages, batch_bytes // self.page_bytes))
+        self.max_queued_pages, self.probe_interval_s = max_queued_pages, probe_interval_s
         self._prefix_bytes = np.frombuffer(namespace.prefix.encode('ascii'), np.uint8)
         self._lock = threading.Lock()          # one lock; waiters on handles, workers and the watchdog each have a condition
         self._cv, self._work_cv, self._watch_cv = (threading.Condition(self._lock) for _ in range(3))
@@ -401,22 +479,31 @@ def _check_pages(self: L3Tier, host_pages) -> np.ndarray:
     return self._page_set(host_pages)[0]
 
 # %% ../nbs/24_l3.ipynb #3e7467df
+_HEX = np.zeros(256, bool); _HEX[np.frombuffer(b'0123456789abcdef', np.uint8)] = True
+
 @patch
 def _check_keys(self: L3Tier, keys, n: int | None) -> list[str]:
-    "`keys` as a list of keys of this tier's namespace, `n` of them; TypeError/ValueError otherwise."
+    "`keys` as a list of distinct keys of this tier's namespace, `n` of them; TypeError/ValueError otherwise."
     if not isinstance(keys, (list, tuple)): raise TypeError(f'keys must be a list of str, got {type(keys).__name__}')
     if n is not None and len(keys) != n: raise ValueError(f'{len(keys)} keys for {n} host pages')
     if not keys: return []
-    if type(keys) is L3Keys and keys.prefix == self.namespace.prefix: return list(keys)   # made by our namespace
+    if type(keys) is L3Keys and keys.prefix == self.namespace.prefix: return list(keys)   # one chain of our namespace
     prefix, width = self.namespace.prefix, len(self.namespace.prefix) + 64
     try: joined = ''.join(keys).encode('ascii')
     except TypeError: raise TypeError("keys must be str (keys of the tier's L3Namespace)") from None
     except UnicodeEncodeError: joined = b''
-    rows = np.frombuffer(joined, np.uint8)
-    ours = len(rows) == width * len(keys) and (rows.reshape(len(keys), width)[:, :len(prefix)] == self._prefix_bytes).all()
+    ours = len(joined) == width * len(keys) and set(map(len, keys)) == {width}
+    if ours:
+        rows = np.frombuffer(joined, np.uint8).reshape(len(keys), width)
+        ours = (rows[:, :len(prefix)] == self._prefix_bytes).all() and _HEX[rows[:, len(prefix):]].all()
     if not ours:
         bad = next((k for k in keys if not self.namespace.owns(k)), keys[0])
         raise ValueError(f"key {bad!r} is not of this tier's namespace ({prefix}...)")
+    if len(set(keys)) != len(keys):
+        first = {}
+        for i, k in enumerate(keys):
+            if k in first: raise ValueError(f'keys[{first[k]}] and keys[{i}] are the same key {k!r}: one call names each key once')
+            first[k] = i
     return list(keys)
 
 # %% ../nbs/24_l3.ipynb #271db847
@@ -554,15 +641,16 @@ def _trip(self: L3Tier) -> None:
 
 @patch
 def _watch(self: L3Tier) -> None:
-    "The watchdog thread: abandon batches past their deadline."
+    "The watchdog thread: abandon batches past their deadline; after `close`, until no batch is running."
     with self._cv:
-        while not self._closed:
+        while True:
             now = time.monotonic()
             late = [b for b in self._running if b.state == RUNNING and b.deadline <= now]
             for b in late:
                 self._report(b, [TIMEOUT] * (b.hi - b.lo)); b.state = ABANDONED; self.stats['timeouts'] += 1
             if late: self._trip()
             waits = [b.deadline - now for b in self._running if b.state == RUNNING]
+            if self._closed and not waits: return        # every call in flight has its codes: nothing left to watch
             self._watch_cv.wait(max(min(waits), 0.001) if waits else None)
 
 # %% ../nbs/24_l3.ipynb #779f4aa8
@@ -587,7 +675,7 @@ def _work(self: L3Tier) -> None:
             if b.state == ABANDONED: self.stats['late'] += 1
             self._finish(b, codes)
             if any(c in DOWN_CODES for c in codes): self._trip()
-            self._cv.notify_all()
+            self._cv.notify_all(); self._watch_cv.notify()    # (a closing tier's watchdog may be waiting for this batch)
 
 @patch
 def _attempt(self: L3Tier, b: _Batch) -> list[int]:
@@ -625,12 +713,13 @@ def release_quarantine(self: L3Tier) -> list[int]:
 
 @patch
 def close(self: L3Tier, timeout_s: float | None = None) -> None:
-    "Refuse new calls, fail queued batches with DOWN, stop the threads (waiting up to `timeout_s` for them)."
+    "Refuse new calls, fail queued batches with DOWN; calls in flight end by their deadlines; wait up to `timeout_s` for the threads."
     with self._cv:
         if self._closed: return
         self._trip(); self._closed = True
         for cv in (self._cv, self._work_cv, self._watch_cv): cv.notify_all()
-    for t in self._threads: t.join(self.timeout_s + 1 if timeout_s is None else timeout_s)
+    end = time.monotonic() + (self.timeout_s + 1 if timeout_s is None else check_seconds('timeout_s', timeout_s, zero=True))
+    for t in self._threads: t.join(max(0.0, end - time.monotonic()))     # one limit for all of them
 
 @patch
 def __enter__(self: L3Tier): return self

@@ -8,6 +8,7 @@ import hashlib, hmac, json
 import numpy as np
 import torch
 from fastcore.basics import patch
+from .contract import InputTypeError, check_int
 
 # %% auto #0
 __all__ = ['FORMAT', 'KEY_PREFIX', 'layout_fingerprint', 'canonical_json', 'token_bytes', 'L3Namespace', 'L3Keys']
@@ -46,17 +47,25 @@ def token_bytes(tokens) -> bytes:
     return t.astype('<u4').tobytes()
 
 # %% ../nbs/23_l3_keys.ipynb #64df900b
+def _fingerprint(layout) -> dict:
+    "`layout` (a mirror, or its `layout_fingerprint` dict) as a fingerprint with a page size >= 1; refused otherwise."
+    if isinstance(layout, dict): fp = layout
+    elif hasattr(layout, 'tensor_pairs') and hasattr(layout, 'layout'): fp = layout_fingerprint(layout)
+    else: raise InputTypeError(f'layout must be a FlatHostMirror or its layout_fingerprint dict, got {type(layout).__name__}')
+    if 'page_size' not in fp: raise ValueError("layout has no 'page_size' (not a layout_fingerprint dict)")
+    return fp | {'page_size': check_int("layout['page_size']", fp['page_size'], 1)}
+
 class L3Namespace:
     "Where an engine's L3 keys live: model id, KV layout, tensor-parallel rank and a secret tenant salt."
     def __init__(self, model: str, layout, *, salt: bytes | str, tp_rank: int = 0, tp_size: int = 1):
         if not isinstance(model, str) or not model: raise ValueError(f'model must be a non-empty str, got {model!r}')
         if isinstance(salt, str): salt = salt.encode()
         if not isinstance(salt, (bytes, bytearray)) or not salt: raise ValueError('salt must be non-empty bytes or str')
-        if not (isinstance(tp_size, int) and isinstance(tp_rank, int) and 0 <= tp_rank < tp_size):
-            raise ValueError(f'tp_rank must lie in [0, tp_size), got tp_rank={tp_rank!r}, tp_size={tp_size!r}')
-        self.layout = layout if isinstance(layout, dict) else layout_fingerprint(layout)
+        tp_size = check_int('tp_size', tp_size, 1)                 # bools refused: True/False are not a rank
+        tp_rank = check_int('tp_rank', tp_rank, 0, tp_size - 1)
+        self.layout = _fingerprint(layout)
         self.model, self.tp_rank, self.tp_size = model, tp_rank, tp_size
-        self.page_size = int(self.layout['page_size'])
+        self.page_size = self.layout['page_size']
         self.identity = canonical_json({'format': FORMAT, 'layout': self.layout, 'model': model,
                                         'tp_rank': tp_rank, 'tp_size': tp_size})
         self._seed = hmac.new(bytes(salt), self.identity, hashlib.sha256).digest()
@@ -86,7 +95,7 @@ def _forgets(name: str):
     method.__name__ = name
     return method
 
-for _name in ('__setitem__', '__iadd__', 'append', 'extend', 'insert'): setattr(L3Keys, _name, _forgets(_name))
+for _name in ('__setitem__', '__iadd__', '__imul__', 'append', 'extend', 'insert'): setattr(L3Keys, _name, _forgets(_name))
 
 # %% ../nbs/23_l3_keys.ipynb #eaddc129
 @patch

@@ -1,0 +1,301 @@
+"""What the L3 tier refuses and how its waits and lifetimes end, against real Mooncake servers: keys that name one
+object twice, keys the namespace itself rejects (the tier's fast check against `L3Namespace.owns` on random
+mutations), calls on a closed store or under a closing tier, masters that accept and never answer, and every
+argument checked by name before anything starts."""
+import os, signal, socket, threading, time
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from tokenspeed_lit import l3
+from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, TIMEOUT, ERROR, DOWN, size_bytes
+from tokenspeed_lit.l3_keys import L3Keys, L3Namespace, layout_fingerprint
+from test_l3 import engine, tokens, freeze
+from l3_servers import mooncake, shared_mooncake, mooncake_missing  # noqa: F401  (fixtures)
+
+pytestmark = mooncake_missing
+
+
+@pytest.fixture(scope='module')
+def tier(shared_mooncake):
+    "One tier for the argument tables (a client takes a second or two to set up)."
+    pool, mirror, ns = engine('per-layer', host_pages=16)
+    with L3Tier(mirror, MooncakeStore(shared_mooncake.master), ns) as t:
+        yield t
+
+
+def refused(t, f, exc, msg):
+    "`f()` raises `exc` naming `msg`, and neither holds a page nor counts a call nor changes a host byte."
+    calls, before = t.stats['calls'], t.mirror.host_pages.clone()
+    with pytest.raises(exc, match=msg): f()
+    assert t.stats['calls'] == calls and not t.held().any()
+    assert torch.equal(t.mirror.host_pages, before)
+
+
+# ---- 1. one call names each key once ("loaded" means "these bytes were written") ----
+
+def test_raw_store_answers_a_repeated_key_with_one_transfer(tier):
+    "Why the tier refuses repeated keys: Mooncake reports both pages of `get([k, k], [a, b])` read, and writes one."
+    store, buf, pb = tier.store, tier.mirror.host_pages, tier.page_bytes
+    k = tier.namespace.keys(tokens(31, 4))[0]
+    buf[1] = 7; buf[2] = 0; buf[3] = 0
+    assert store.batch_put_from([k], buf, [pb], [pb]) == [0]
+    codes = store.batch_get_into([k, k], buf, [2 * pb, 3 * pb], [pb, pb])
+    written = [bool((buf[p] == 7).all()) for p in (2, 3)]
+    assert codes == [pb, pb] and written.count(True) == 1, (codes, written)
+
+
+def _dups(ns):
+    ks = ns.keys(tokens(40, 4 * 6))
+    rep = ns.keys(tokens(40, 4 * 3)); rep *= 2                      # an L3Keys repeated in place
+    return {'adjacent': [ks[0], ks[0]], 'apart': [ks[0], ks[1], ks[2], ks[0]], 'copies': list(ks[:2]) + list(ks[1:3]),
+            'in-place *=': rep}
+
+
+@pytest.mark.parametrize('case', ['adjacent', 'apart', 'copies', 'in-place *='])
+@pytest.mark.parametrize('op', ['put', 'get', 'match'])
+def test_repeated_keys_refused(tier, op, case):
+    keys = _dups(tier.namespace)[case]
+    pages = np.arange(4, 4 + len(keys))
+    f = {'put': lambda: tier.put(pages, keys), 'get': lambda: tier.get(keys, pages), 'match': lambda: tier.match(keys)}[op]
+    refused(tier, f, ValueError, r'keys\[\d+\] and keys\[\d+\] are the same key')
+
+
+def test_repeated_host_pages_and_tokens_refused(tier):
+    keys = tier.namespace.keys(tokens(41, 4 * 3))
+    refused(tier, lambda: tier.get(keys, [5, 6, 5]), ValueError, 'page 5 appears twice')
+    refused(tier, lambda: tier.put(np.array([7, 7, 8]), keys), ValueError, 'page 7 appears twice')
+    refused(tier, lambda: tier.get_tokens(tokens(41, 4 * 3), [9, 9, 10]), ValueError, 'page 9 appears twice')
+
+
+# ---- 5. keys: the fast check accepts exactly what the namespace owns ----
+
+def _mutate(ns, key, how, draw):
+    body = key[len(ns.prefix):]
+    i = draw(st.integers(0, 63))
+    return {'upper': ns.prefix + body[:i] + body[i].upper() + body[i + 1:],
+            'non-hex': ns.prefix + body[:i] + draw(st.sampled_from('gxz-_ /')) + body[i + 1:],
+            'short': key[:-1 - i % 8], 'long': key + body[:1 + i % 8],
+            'unicode': ns.prefix + body[:i] + 'é' + body[i + 1:],
+            'prefix': 'tsl3/' + '0' * 16 + '/' + body, 'ok': key}[how]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fast_key_check_agrees_with_owns(tier, data):
+    "Random lists of keys, some mutated (case, non-hex, lengths that cancel out, another prefix): the tier accepts a list iff `owns` accepts every key and none repeats."
+    ns = tier.namespace
+    base = ns.keys(tokens(data.draw(st.integers(0, 10**6)), 4 * 6))
+    hows = data.draw(st.lists(st.sampled_from(['ok'] * 4 + ['upper', 'non-hex', 'short', 'long', 'unicode', 'prefix']),
+                              min_size=1, max_size=6))
+    keys = [_mutate(ns, base[i], h, data.draw) for i, h in enumerate(hows)]
+    if data.draw(st.booleans()) and len(keys) > 1:                # a pair of mutations whose lengths cancel out
+        keys[0], keys[-1] = base[0][:-3], base[len(keys) - 1] + 'abc'
+    good = all(ns.owns(k) for k in keys) and len(set(keys)) == len(keys)
+    if good:
+        m = tier.match(keys); assert m.wait(10)
+    else:
+        refused(tier, lambda: tier.match(keys), ValueError, "not of this tier's namespace|are the same key")
+
+
+@pytest.mark.parametrize('kw, msg', [
+    (dict(tp_rank=False, tp_size=True), 'tp_size must be an integer, got True'),
+    (dict(tp_rank=True, tp_size=2), 'tp_rank must be an integer, got True'),
+    (dict(tp_rank=0, tp_size=0), 'tp_size must be an integer >= 1'),
+    (dict(tp_rank=-1, tp_size=2), r'tp_rank must be an integer in \[0, 1\]'),
+    (dict(tp_rank=0.0, tp_size=1), 'tp_rank must be an integer'),
+    (dict(page_size=0), r"layout\['page_size'\] must be an integer >= 1, got 0"),
+    (dict(page_size=-16), r"layout\['page_size'\] must be an integer >= 1"),
+    (dict(page_size='16'), r"layout\['page_size'\] must be an integer"),
+    (dict(layout=[1, 2]), 'layout must be a FlatHostMirror or its layout_fingerprint dict, got list'),
+    (dict(layout=None), 'layout must be a FlatHostMirror'),
+    (dict(layout={'tensors': []}), "layout has no 'page_size'"),
+])
+def test_namespace_refuses_what_would_name_other_keys(kw, msg):
+    mirror = engine('per-layer', host_pages=4)[1]
+    layout = layout_fingerprint(mirror)
+    if 'page_size' in kw: layout = layout | {'page_size': kw.pop('page_size')}
+    if 'layout' in kw: layout = kw.pop('layout')
+    with pytest.raises((TypeError, ValueError), match=msg): L3Namespace('m', layout, salt=b's', **kw)
+
+
+# ---- 2. lifecycle: a closed store refuses, a closing tier ends its calls by their deadlines ----
+
+def test_closed_store_refuses_every_call(shared_mooncake):
+    store = MooncakeStore(shared_mooncake.master)
+    buf = torch.zeros(4, 4096, dtype=torch.uint8); store.register(buf)
+    store.close(); store.close()                                   # idempotent
+    assert store.closed and 'closed' in repr(store)
+    for f in (lambda: store.batch_exists(['a']), lambda: store.batch_put_from(['a'], buf, [0], [4096]),
+              lambda: store.batch_get_into(['a'], buf, [0], [4096]), lambda: store.register(torch.zeros(8, dtype=torch.uint8))):
+        with pytest.raises(RuntimeError, match=r'on a closed store \(127\.0\.0\.1:\d+\): nothing was sent'): f()
+
+
+def test_tier_on_a_closed_store_reports_errors(shared_mooncake):
+    "The store closed under a live tier: its workers' calls raise inside the store, the tier reports ERROR/DOWN."
+    pool, mirror, ns = engine('per-layer', host_pages=8, salt=os.urandom(8))
+    store = MooncakeStore(shared_mooncake.master)
+    with L3Tier(mirror, store, ns, timeout_s=0.5) as t:
+        keys = ns.keys(tokens(50, 4 * 3))
+        store.close()
+        for h in (t.match(keys), t.get(keys, [1, 2, 3]), t.put([4, 5, 6], keys)):
+            assert h.wait(2) and not h.ok.any() and set(h.codes.tolist()) <= {ERROR, DOWN}
+        assert not t.held().any()
+
+
+def test_store_closed_with_a_call_inside_closes_when_it_returns(mooncake):
+    "close() never waits: with a call stuck in a frozen master it returns at once; the call's return closes the client."
+    pool, mirror, ns = engine('per-layer', host_pages=8)
+    store = MooncakeStore(mooncake.master)
+    with L3Tier(mirror, store, ns, timeout_s=0.3) as t:
+        keys = ns.keys(tokens(51, 4 * 2))
+        try:
+            freeze(mooncake.master_proc)
+            h = t.match(keys); time.sleep(0.1)                      # a worker is inside the client now
+            t0 = time.monotonic(); store.close(); assert time.monotonic() - t0 < 0.05
+            assert h.wait(2) and set(h.codes.tolist()) == {TIMEOUT}
+            with pytest.raises(RuntimeError, match='closed store'): store.batch_exists(keys)
+        finally: os.kill(mooncake.master_proc.pid, signal.SIGCONT)
+        assert h.wait_released(30)                                  # the stuck call returned (and closed the client)
+        with pytest.raises(RuntimeError, match='closed store'): store.batch_exists(keys)
+
+
+def test_tier_closed_with_a_call_in_flight_completes_it_by_its_deadline(mooncake):
+    pool, mirror, ns = engine('per-layer', host_pages=8)
+    with L3Tier(mirror, MooncakeStore(mooncake.master), ns) as t0_:
+        assert t0_.put_tokens(tokens(52, 4 * 3), [1, 2, 3]).wait(10)
+    t = L3Tier(mirror, MooncakeStore(mooncake.master), ns, timeout_s=0.4, workers=1)
+    try:
+        freeze(mooncake.master_proc)
+        running = t.get_tokens(tokens(52, 4 * 3), [4, 5, 6]); time.sleep(0.05)
+        queued = t.match(ns.keys(tokens(53, 4 * 2)))
+        start = time.monotonic(); t.close(timeout_s=1.0); closing = time.monotonic() - start
+        assert closing < 1.3
+        assert running.wait(0.6) and set(running.codes.tolist()) == {TIMEOUT}   # by its deadline, not at the thaw
+        assert queued.done and set(queued.codes.tolist()) == {DOWN}
+        assert time.monotonic() - start < 1.5
+        with pytest.raises(RuntimeError, match='closed'): t.match(ns.keys(tokens(53, 4)))
+    finally: os.kill(mooncake.master_proc.pid, signal.SIGCONT)
+    assert running.wait_released(30) and (running.codes == TIMEOUT).all()     # the late answer never turns into "loaded"
+
+
+# ---- 3. every wait bounded ----
+
+@pytest.fixture
+def silent_port():
+    "A port that accepts connections (the kernel's backlog) and never answers."
+    s = socket.create_server(('127.0.0.1', 0))
+    yield s.getsockname()[1]
+    s.close()
+
+
+def test_store_against_a_port_that_never_answers_fails_in_time(silent_port):
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=f'127.0.0.1:{silent_port} accepted a connection but did not answer within 1 s'):
+        MooncakeStore(f'127.0.0.1:{silent_port}', connect_timeout_s=1)
+    assert time.monotonic() - t0 < 2
+    with pytest.raises(ConnectionError, match='did not answer'):
+        MooncakeStore.from_config({'master_server_address': f'127.0.0.1:{silent_port}'}, connect_timeout_s=0.5)
+
+
+def test_store_against_a_frozen_master_fails_in_time(mooncake):
+    try:
+        freeze(mooncake.master_proc)
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError, match=f'{mooncake.master} accepted a connection but did not answer'):
+            MooncakeStore(mooncake.master, connect_timeout_s=0.5)
+        assert time.monotonic() - t0 < 1.5
+    finally: os.kill(mooncake.master_proc.pid, signal.SIGCONT)
+    MooncakeStore(mooncake.master).close()                         # thawed: it answers again
+
+
+@pytest.mark.parametrize('timeout, exc, msg', [('1', TypeError, 'timeout must be a number of seconds'),
+                                               (-1, ValueError, r'timeout must lie in \[0, inf\]'),
+                                               (float('nan'), ValueError, 'timeout must lie in'),
+                                               (True, TypeError, 'timeout must be a number')])
+def test_handle_waits_check_their_timeout(tier, timeout, exc, msg):
+    h = tier.match(tier.namespace.keys(tokens(60, 4)))
+    for wait in (h.wait, h.wait_released):
+        with pytest.raises(exc, match=msg): wait(timeout)
+    assert h.wait(10)
+
+
+def test_huge_waits_mean_no_limit(tier):
+    h = tier.match(tier.namespace.keys(tokens(61, 8)))
+    assert h.wait(1e12) and h.wait_released(float('inf')) and h.wait(threading.TIMEOUT_MAX * 2)
+
+
+# ---- 4. every argument named, refused before anything starts ----
+
+@pytest.mark.parametrize('kw, msg', [
+    (dict(workers=-1), r'workers must be an integer in \[1, 64\], got -1'), (dict(workers=0), 'workers must be'),
+    (dict(workers=True), 'workers must be an integer, got True'), (dict(workers=2.0), 'workers must be an integer'),
+    (dict(timeout_s='1'), "timeout_s must be a number of seconds, got '1'"), (dict(timeout_s=0), 'timeout_s must lie in'),
+    (dict(timeout_s=1e9), r'timeout_s must lie in \(0, 3600\]'), (dict(timeout_s=float('nan')), 'timeout_s must lie in'),
+    (dict(probe_interval_s=-0.1), 'probe_interval_s must lie in'), (dict(probe_interval_s=None), 'probe_interval_s must be a number'),
+    (dict(batch_bytes=0), 'batch_bytes must be an integer >= 1'), (dict(batch_bytes='64mb'), 'batch_bytes must be an integer'),
+    (dict(max_batch_pages=0), 'max_batch_pages must be'), (dict(max_queued_pages=-5), 'max_queued_pages must be'),
+    (dict(store=object()), 'store must implement L3Store'), (dict(namespace='ns'), 'namespace must be an L3Namespace'),
+    (dict(mirror=torch.zeros(4)), 'mirror must be a FlatHostMirror'),
+])
+def test_tier_arguments_named(tier, kw, msg):
+    args = dict(mirror=tier.mirror, store=tier.store, namespace=tier.namespace) | kw
+    t0 = time.monotonic()
+    with pytest.raises((TypeError, ValueError), match=msg):
+        L3Tier(args.pop('mirror'), args.pop('store'), args.pop('namespace'), **args)
+    assert time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.parametrize('kw, msg', [
+    (dict(segment_bytes=-1), 'segment_bytes must be an integer >= 0'), (dict(segment_bytes=1 << 20), 'at least 16 MiB'),
+    (dict(segment_bytes='2 gigs'), 'segment_bytes must be a byte count'), (dict(local_buffer_bytes=-1), 'local_buffer_bytes'),
+    (dict(connect_timeout_s='2'), 'connect_timeout_s must be a number'), (dict(connect_timeout_s=0), 'connect_timeout_s must lie'),
+    (dict(protocol=1), 'protocol must be a str'), (dict(tenant_id=None), 'tenant_id must be a str'),
+])
+def test_store_arguments_named(shared_mooncake, kw, msg):
+    t0 = time.monotonic()
+    with pytest.raises((TypeError, ValueError), match=msg): MooncakeStore(shared_mooncake.master, **kw)
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_config_sizes_as_the_engine_writes_them(shared_mooncake, monkeypatch):
+    s = MooncakeStore.from_config({'master_server_address': shared_mooncake.master, 'global_segment_size': '16mb',
+                                   'local_buffer_size': '32MB'})
+    assert s.segment_bytes == 16 << 20; s.close()
+    with pytest.raises(ValueError, match="global_segment_size must be a byte count or a size such as '16mb'"):
+        MooncakeStore.from_config({'master_server_address': shared_mooncake.master, 'global_segment_size': '2 gigs'})
+    with pytest.raises(ValueError, match='local_buffer_size must be'):
+        MooncakeStore.from_config({'master_server_address': shared_mooncake.master, 'local_buffer_size': '1e6'})
+    monkeypatch.setenv('MOONCAKE_MASTER', shared_mooncake.master)
+    monkeypatch.setenv('MOONCAKE_GLOBAL_SEGMENT_SIZE', '16 gigabytes')
+    with pytest.raises(ValueError, match='MOONCAKE_GLOBAL_SEGMENT_SIZE must be'): MooncakeStore.from_config()
+    with pytest.raises(TypeError, match='config must be a dict'): MooncakeStore.from_config(['x'])
+    assert [size_bytes('x', v) for v in ('2gb', '16mb', '0', 5)] == [2 << 30, 16 << 20, 0, 5]
+
+
+def _masters():
+    "Process ids of every mooncake_master running now."
+    out = []
+    for pid in os.listdir('/proc'):
+        try:
+            with open(f'/proc/{pid}/cmdline', 'rb') as f: cmd = f.read()
+        except OSError: continue
+        if pid.isdigit() and b'mooncake_master' in cmd.split(b'\0')[0]: out.append(int(pid))
+    return set(out)
+
+
+@pytest.mark.parametrize('size', [-1, 0, 1 << 20, '15mb', 1 << 62, 'lots', 2.5, None])
+def test_local_servers_refuse_bad_sizes_at_once(size):
+    before, t0 = _masters(), time.monotonic()
+    with pytest.raises((TypeError, ValueError), match='segment_bytes'): LocalMooncake(segment_bytes=size)
+    assert time.monotonic() - t0 < 0.5 and _masters() == before
+
+
+def test_a_failed_start_stops_what_it_started(tmp_path):
+    "The store process cannot start (its log path is a directory) after the master did: start stops the master."
+    (tmp_path / 'store.log').mkdir()
+    before = _masters()
+    srv = LocalMooncake(segment_bytes=16 << 20, start=False, log_dir=str(tmp_path))
+    with pytest.raises(IsADirectoryError): srv.start()
+    assert srv.pids == [] and _masters() == before
