@@ -424,7 +424,8 @@ def test_batch_order_host_checks():
 
 
 @pytest.mark.skipif(bool(os.environ.get('TOKENSPEED_LIT_SANITIZER')),
-                    reason="compute-sanitizer keeps the Python frames of every launch for its reports, and so the step")
+                    reason="compute-sanitizer with host backtraces (gpu_suite.py --sanitize --backtraces) keeps every "
+                           "launch's Python frames, and so the step")
 def test_a_dropped_step_is_freed_without_the_garbage_collector():
     "The step's captured ring slots do not refer back to it: dropping the last reference frees it (and its buffers)."
     import gc, weakref

@@ -186,7 +186,7 @@ def _inside(self: MooncakeStore, what: str):
 
 @patch
 def close(self: MooncakeStore) -> None:
-    "Refuse every later call; close the client now, or when the last call inside it returns (idempotent, never blocks)."
+    "Refuse every later call; close the client now, or when the last call inside it returns (idempotent; never waits for one)."
     with self._lock:
         if self._closed: return
         self._closed, now = True, self._calls == 0
