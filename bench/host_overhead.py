@@ -14,7 +14,7 @@ from tokenspeed_lit.positions import (compute_positions, positions_launch, compu
                                      compute_out_cache_loc_sliding)
 from tokenspeed_lit.fused_decode import fused_decode_input_prep
 from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from .timing import Table, env_info, host_issue_many, host_issue_us, count_device_ops
+from .timing import Table, env_info, use_fonts, host_issue_many, host_issue_us, count_device_ops
 from .baselines import engine_compute_positions, EngineInputBuffers
 
 # %% auto #0
@@ -73,6 +73,7 @@ def bench_launch_parts(device=None, B: int = 64, iters: int = 200, warmup: int =
 # %% 02_host_overhead.ipynb #a18973b9
 def plot_launch_parts(parts: list, title: str = ''):
     "Horizontal bars of `bench_launch_parts`' rows, each labelled with its host µs."
+    use_fonts()
     fig, ax = plt.subplots(figsize=(8, 0.3 * len(parts) + 0.6))
     ax.barh(range(len(parts)), [p['host_us'] for p in parts], color='tab:blue')
     ax.set_yticks(range(len(parts)), [p['part'] for p in parts], fontsize=7); ax.invert_yaxis()

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from tokenspeed_lit.device import as_device, is_accel
 from tokenspeed_lit.streams import synchronize
+from tokenspeed_lit.graphs import capture
 from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from tokenspeed_lit.fused_decode import applied_overrides
 from .timing import Table, env_info
 from .baselines import EngineInputBuffers
 from .host_overhead import _mixed_op, _as_arrays
@@ -37,36 +37,35 @@ def _between_steps(reqs, k: int, logits, x, y, products: int):
     return tok
 
 # %% 06_serving_loop.ipynb #5fafa665
-_PARTS = ('bind check', 'ring slot wait', 'stage: lists + header + replay')
+_PARTS = ('fill_input_buffers, captured', 'engine graph replay')
 
-def _decode_parts(ib, op, rs, table, total: int) -> list[int]:
-    "One decode step from lists (the pool indices checked by the caller), the ns of each of `_PARTS`."
+def _engine_step_parts(ib, graph, op, rs, table, total: int) -> list[int]:
+    "One decode step staged for the engine's graph, then the graph's replay that runs it: the host ns of each of `_PARTS`."
     clk = time.perf_counter_ns
-    step, t = ib.step, [clk()]
-    state = (rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size)
-    if not step.is_bound_to(*state, table, 'pool'): step.bind(*state, table, 'pool')
-    t.append(clk())
-    s = step.ring.take(); t.append(clk())
-    pools, W = list(op.request_pool_indices), step.width
-    ovr = applied_overrides(None if op.decode_input_ids is None else list(op.decode_input_ids))
-    assert step.ring.stage(s, pools, ovr, [], [], (), (), 0, W, len(pools) * W); t.append(clk())
-    return [b - a for a, b in zip(t, t[1:])]
+    t0 = clk(); ib.fill_input_buffers(op, rs, table, total, captured=True); t1 = clk()
+    graph.replay(); t2 = clk()
+    return [t1 - t0, t2 - t1]
 
 # %% 06_serving_loop.ipynb #fd02bdd6
-def _variants(ib, eng, rs, table, B: int, width: int, ops: dict, decode: bool) -> dict:
-    "name -> (prepare the step's values, call): the span is both; hot repeats the call."
+def _variants(ib, eng, graph, rs, table, B: int, width: int, ops: dict, decode: bool) -> dict:
+    "name -> (prepare the step, prepare it again at once, untimed work after both or None), each a call of no argument."
     fo, arr, T = ops['lists'], ops['numpy'], ops['T']
     pools = fo.request_pool_indices
-    v = {'engine': (lambda: ForwardOp(list(range(B)), list(pools), list(fo.input_lengths)) if decode else fo,
-                    lambda op: eng.fill_input_buffers(op, rs, table, T)),
-         'lists': (lambda: ForwardOp(list(range(B)), list(pools), [width] * B) if decode else fo,
-                   lambda op: ib.fill_input_buffers(op, rs, table, T)),
-         'numpy': (lambda: arr, lambda op: ib.fill_input_buffers(op, rs, table, T))}
+    lists = (lambda: ForwardOp(list(range(B)), list(pools), [width] * B)) if decode else (lambda: fo)
+    engine = (lambda: ForwardOp(list(range(B)), list(pools), list(fo.input_lengths))) if decode else (lambda: fo)
+    fill = lambda: ib.fill_input_buffers(lists(), rs, table, T)
+    v = {'engine': (lambda: eng.fill_input_buffers(engine(), rs, table, T), None, None),
+         'lists': (fill, None, None),
+         'numpy': (lambda: ib.fill_input_buffers(arr, rs, table, T), None, None)}
     if decode:
         pa = np.asarray(pools, dtype=np.int32)
-        def write():
-            sl = ib.decode_slot(); sl.req_pool_indices[:B] = pa; return sl
-        v['staged'] = (write, lambda sl: ib.fill_staged_decode(sl, B, rs, table))
+        def staged(captured=False, replace=False):
+            sl = ib.decode_slot(captured, replace); sl.req_pool_indices[:B] = pa
+            return ib.fill_staged_decode(sl, B, rs, table)
+        v['staged'] = (staged, None, None)
+        v['graph'] = (lambda: ib.fill_input_buffers(lists(), rs, table, T, captured=True),
+                      lambda: ib.fill_input_buffers(lists(), rs, table, T, captured=True, replace=True), graph.replay)
+        v['graph, staged'] = (lambda: staged(True), lambda: staged(True, True), graph.replay)
     return v
 
 # %% 06_serving_loop.ipynb #9de95816
@@ -75,15 +74,17 @@ def _loop(variants: dict, reqs, logits, x, y, products: int, steps: int, rounds:
     span = {n: [] for n in variants}; hot = {n: [] for n in variants}; gcs = {n: 0 for n in variants}
     k = 0
     for _ in range(rounds):
-        for name, (prep, call) in variants.items():
+        for name, (step, again, after) in variants.items():
+            again = again or step
             off = name in gc_off
             if off: gc.disable()
             g0 = gc.get_stats()[0]['collections']
             for _ in range(steps):
                 k += 1
                 _between_steps(reqs, k, logits, x, y, products)
-                t0 = time.perf_counter(); call(prep()); t1 = time.perf_counter()
-                call(prep()); t2 = time.perf_counter()          # hot: the same step again, at once
+                t0 = time.perf_counter(); step(); t1 = time.perf_counter()
+                again(); t2 = time.perf_counter()               # hot: the same step again, at once
+                if after: after()                               # the engine graph's replay: the model's launch
                 span[name].append(1e6 * (t1 - t0)); hot[name].append(1e6 * (t2 - t1))
                 if k % 16 == 0: synchronize(device)            # keep the queued forward from running away
             gcs[name] += gc.get_stats()[0]['collections'] - g0
@@ -92,17 +93,53 @@ def _loop(variants: dict, reqs, logits, x, y, products: int, steps: int, rounds:
     return {n: dict(in_loop_us=med(span[n]), hot_us=med(hot[n]),
                     gen0_per_1000=1000 * gcs[n] / max(1, len(span[n]))) for n in variants}
 
+# %% 06_serving_loop.ipynb #3c8e1f52
+def _check_variants(var: dict, ib, eng, fo, rs, table, B: int, T: int, case: str, device):
+    "Every variant fills what the engine fills (its step, then the graph's replay where it has one)."
+    for name, (step, _, after) in var.items():
+        if name == 'engine': continue
+        eng.fill_input_buffers(fo, rs, table, T); step()
+        if after: after()
+        synchronize(device)
+        for buf, m in (('input_ids_buf', T), ('positions_buf', T), ('out_cache_loc_buf', T), ('seq_lens_buf', B),
+                       ('req_pool_indices_buf', B)):
+            assert torch.equal(getattr(ib, buf)[:m], getattr(eng.b, buf)[:m]), f'{case}: {name}: {buf} differs'
+
+def _decode_extras(var: dict, ib, graph, fo, rs, table, B: int, T: int, case: str, loop: tuple, steps: int, device):
+    "A decode step for the engine's graph part by part in the loop, and the Python memory a step allocates (lists, graph)."
+    reqs, logits, x, y, products = loop
+    op, ps, alloc = ForwardOp(list(range(B)), list(fo.request_pool_indices), [1] * B), [], []
+    for k in range(steps):
+        _between_steps(reqs, k, logits, x, y, products)
+        ps.append(_engine_step_parts(ib, graph, op, rs, table, T))
+        if k % 16 == 0: synchronize(device)
+    parts = [dict(step=case, part=p, in_loop_us=statistics.median(q[i] for q in ps) / 1e3) for i, p in enumerate(_PARTS)]
+    for name in ('lists', 'graph'):
+        step, _, after = var[name]
+        tracemalloc.start()
+        for k in range(20):
+            _between_steps(reqs, k, logits, x, y, 0)
+            tracemalloc.reset_peak(); c0 = tracemalloc.get_traced_memory()[0]
+            step()
+            cur, peak = tracemalloc.get_traced_memory()
+            if after: after()
+        tracemalloc.stop()
+        alloc.append(dict(step=case, variant=name, peak_kib=(peak - c0) / 1024, kept_kib=(cur - c0) / 1024))
+    return parts, alloc
+
 # %% 06_serving_loop.ipynb #7a1fb617
 def bench_serving_loop(device=None, batches=(1, 64, 256), mixed=((4, 512, 60),), steps: int = 100, rounds: int = 3,
                        requests: int = 4000, products: int = 2, n: int = 2048, vocab: int = 32000, seed: int = 0,
                        small: bool = False) -> dict:
-    "In-loop and hot host time of a step's input preparation, ours (lists, numpy, staged) next to the engine's."
+    "In-loop and hot host time of a step's input preparation, ours (lists, numpy, staged, for the engine's graph) next to the engine's."
     device, rng = as_device(device), np.random.default_rng(seed)
     POOL, COLS, PAGE, MAX_BS, MAX_TOK = (64, 32, 16, 16, 256) if small else (4096, 256, 16, 1024, 8192)
     rs = RuntimeStates(POOL, vocab, output_length=1, device=device)
     rs.valid_cache_lengths.copy_(torch.as_tensor(rng.integers(1, COLS * PAGE // 2, POOL + 1), dtype=torch.int32))
     table = torch.as_tensor(rng.integers(1, 1 << 20, (POOL + 1, COLS)), dtype=torch.int32, device=device)
     ib, eng = InputBuffers(MAX_BS, MAX_TOK, PAGE, 0, POOL, device), EngineInputBuffers(MAX_BS, MAX_TOK, PAGE, 0, POOL, device)
+    ib.fill_input_buffers(ForwardOp([], [], []), rs, table, 0)        # bound (an empty decode step), then the graph
+    graph = capture(ib.issue_captured, device)                         # an engine's decode graph: the step first
     reqs = [_Req(i) for i in range(requests)]
     dt = torch.bfloat16 if is_accel(device) else torch.float32
     x = torch.randn(n, n, dtype=dt, device=device); y = torch.empty_like(x)
@@ -114,35 +151,16 @@ def bench_serving_loop(device=None, batches=(1, 64, 256), mixed=((4, 512, 60),),
             rs.valid_cache_lengths[torch.as_tensor(fo.request_pool_indices[:npre], device=device)] = torch.as_tensor(
                 fo.extend_prefix_lens, dtype=torch.int32, device=device)
         B = npre + ndec
+        case = f'{kind} {B}' if kind == 'decode' else f'mixed {npre}x{length}+{ndec}'
         logits = torch.randn(max(B, 1), vocab, device=device)
-        var = _variants(ib, eng, rs, table, B, 1, dict(lists=fo, numpy=_as_arrays(fo), T=T), kind == 'decode')
-        for name, (prep, call) in var.items():                  # every variant fills what the engine fills
-            if name == 'engine': continue
-            eng.fill_input_buffers(fo, rs, table, T); call(prep()); synchronize(device)
-            for buf, m in (('input_ids_buf', T), ('positions_buf', T), ('out_cache_loc_buf', T), ('seq_lens_buf', B),
-                           ('req_pool_indices_buf', B)):
-                assert torch.equal(getattr(ib, buf)[:m], getattr(eng.b, buf)[:m]), f'{kind} {B}: {name}: {buf} differs'
+        var = _variants(ib, eng, graph, rs, table, B, 1, dict(lists=fo, numpy=_as_arrays(fo), T=T), kind == 'decode')
+        _check_variants(var, ib, eng, fo, rs, table, B, T, case, device)
         var['lists, gc off'] = var['lists']
         res = _loop(var, reqs, logits, x, y, products, steps, rounds, device)
-        case = f'{kind} {B}' if kind == 'decode' else f'mixed {npre}x{length}+{ndec}'
         rows += [dict(step=case, variant=v, **r) for v, r in res.items()]
         if kind == 'decode':
-            op = ForwardOp(list(range(B)), list(fo.request_pool_indices), [1] * B)
-            ps = []
-            for k in range(steps):
-                _between_steps(reqs, k, logits, x, y, products)
-                ps.append(_decode_parts(ib, op, rs, table, T))
-                if k % 16 == 0: synchronize(device)
-            parts += [dict(step=case, part=p, in_loop_us=statistics.median(q[i] for q in ps) / 1e3)
-                      for i, p in enumerate(_PARTS)]
-            tracemalloc.start()
-            for k in range(20):
-                _between_steps(reqs, k, logits, x, y, 0)
-                tracemalloc.reset_peak(); c0 = tracemalloc.get_traced_memory()[0]
-                ib.fill_input_buffers(ForwardOp(list(range(B)), list(fo.request_pool_indices), [1] * B), rs, table, T)
-                cur, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            alloc.append(dict(step=case, variant='lists', peak_kib=(peak - c0) / 1024, kept_kib=(cur - c0) / 1024))
+            p, a = _decode_extras(var, ib, graph, fo, rs, table, B, T, case, (reqs, logits, x, y, products), steps, device)
+            parts += p; alloc += a
         synchronize(device)
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, rows=rows, parts=parts, alloc=alloc,

@@ -17,8 +17,8 @@ from tokenspeed_lit.streams import synchronize, new_event, new_stream, record_ev
 from tokenspeed_lit.graphs import capture
 
 # %% auto #0
-__all__ = ['env_info', 'env_line', 'device_time_us', 'host_issue_many', 'host_issue_us', 'count_device_ops', 'Table',
-           'plot_lines']
+__all__ = ['FONTS', 'env_info', 'env_line', 'device_time_us', 'host_issue_many', 'host_issue_us', 'count_device_ops', 'Table',
+           'plot_lines', 'use_fonts']
 
 # %% 00_timing.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -111,7 +111,8 @@ def count_device_ops(fn, device=None) -> dict | None:
     "Kernels, copies and fills one call of `fn()` puts on the device, by kind (`None` without an accelerator)."
     if not is_accel(as_device(device)): return None
     fn(); synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # acc_events: the profile keeps its events (without it torch warns that a cycle's end clears them)
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
         fn(); synchronize(device)
     counts = dict(kernel=0, memcpy=0, memset=0)
     for e in prof.events():
@@ -180,3 +181,14 @@ def plot_lines(ax, rows, x: str, y: str, by: str | None = None, label: str | Non
     if title: ax.set_title(title, fontsize=8)
     if by or label: ax.legend(fontsize=7)
     return ax
+
+# %% 00_timing.ipynb #c52e8d47
+FONTS = {'font.family': 'DejaVu Sans', 'mathtext.fontset': 'custom', 'mathtext.fallback': None,
+         'mathtext.rm': 'DejaVu Sans', 'mathtext.sf': 'DejaVu Sans', 'mathtext.cal': 'DejaVu Sans',
+         'mathtext.it': 'DejaVu Sans:italic', 'mathtext.bf': 'DejaVu Sans:bold', 'mathtext.bfit': 'DejaVu Sans:italic:bold',
+         'mathtext.tt': 'DejaVu Sans Mono'}
+
+def use_fonts():
+    "Every plot drawn after this in DejaVu (matplotlib's own fonts), math text too: no font lookup can miss."
+    import matplotlib
+    matplotlib.rcParams.update({k: v for k, v in FONTS.items() if k in matplotlib.rcParams})   # (older: no bfit)

@@ -257,6 +257,16 @@ def _layers_ms(load, num_layers: int, side, device) -> float:
     synchronize(device)
     return a.ms_to(b)
 
+# %% 03_transfers.ipynb #e4b7a930
+def _layer_products(layer_ms: float, n: int, dtype, device) -> tuple:
+    "A layer's stand-in: `n x n` matrices and how many products of them take about `layer_ms` on `device`."
+    x = torch.randn(n, n, dtype=dtype, device=device); y = torch.empty_like(x)
+    torch.mm(x, x, out=y)
+    t0 = Stamp(None, device)
+    for _ in range(10): torch.mm(x, x, out=y)
+    t1 = Stamp(None, device); synchronize(device)
+    return x, y, max(1, round(layer_ms / max(t0.ms_to(t1) / 10, 1e-3)))
+
 # %% 03_transfers.ipynb #5a8cb212
 def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int = 1024, num_layers: int = 32,
                     num_kv_heads: int = 8, head_dim: int = 128, trials: int = 5, device=None, seed: int = 0,
@@ -301,13 +311,7 @@ def bench_layerwise(transport: str = 'staged', page_size: int = 16, pages: int =
         return dict(overlapped=t_load.ms_to(en[-1]), issue_ms=issue_ms, layers=[(t_load.ms_to(a), t_load.ms_to(b)) for a, b in zip(st, en)])
     load = statistics.median(_layers_ms(mirror_load, num_layers, side, device) for _ in range(3))
     bound = statistics.median(_layers_ms(bound_load, num_layers, side, device) for _ in range(3))
-    n = layer_size or (4096 if gpu else 16)
-    x = torch.randn(n, n, dtype=pool.k_buffer[0].dtype, device=device); y = torch.empty_like(x)
-    torch.mm(x, x, out=y)
-    t0 = Stamp(None, device)
-    for _ in range(10): torch.mm(x, x, out=y)
-    t1 = Stamp(None, device); synchronize(device)
-    reps = max(1, round(load / num_layers / max(t0.ms_to(t1) / 10, 1e-3)))   # products per layer: forward ~ load
+    x, y, reps = _layer_products(load / num_layers, layer_size or (4096 if gpu else 16), pool.k_buffer[0].dtype, device)
     trials_out, bound_out = [], []
     for _ in range(trials):                          # alternating: forward alone, with the load, with the bound's load
         synchronize(device)

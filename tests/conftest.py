@@ -83,3 +83,14 @@ def _hang_report(request):
         try: yield
         finally: faulthandler.cancel_dump_traceback_later()
     if os.path.getsize(path) <= len(request.node.nodeid) + 1: os.remove(path)   # finished in time: nothing to keep
+
+
+# ---- the Mooncake client logs (glog, straight to file descriptor 2) from its own threads and its destructors. Inside a
+# test pytest captures them (a failing test shows them); after the session, when the clients are destroyed, nothing
+# does: those lines go to a file instead of below the summary.
+def pytest_unconfigure(config):
+    import sys, tempfile
+    sys.stderr.flush()
+    log = os.path.join(tempfile.gettempdir(), f'tokenspeed_lit-exit-{os.getpid()}.log')
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2); os.close(fd)

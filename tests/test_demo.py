@@ -159,13 +159,13 @@ def test_a_pool_short_of_pages_does_not_deadlock():
     assert st['finished'] == 16 and st['steps'] < 400
 
 def test_the_parts_of_a_step_are_timed_inside_it():
-    "With repeat_prep, one step with prefill rows in _PARTS_EVERY times the calls inside its preparation; the parts fit inside the whole. A decode step for the graph calls nothing inside: every one is timed whole."
-    from tokenspeed_lit.demo import DemoConfig, serve, _MIXED_PARTS
+    "With repeat_prep, one step with prefill rows in PARTS_EVERY times the calls inside its preparation (the staging ring times them through the StepTimer it is lent); the parts fit inside the whole. A decode step for the graph calls nothing inside: every one is timed whole."
+    from tokenspeed_lit.demo import DemoConfig, serve, MIXED_PARTS
     st = serve(DemoConfig.for_device(requests=6, repeat_prep=True, max_steps=60), progress=False)
     assert 'prep_parts_decode_us' not in st and st['prep_decode_us']
     assert st['prep_parts_mixed_us']
     for i, total in enumerate(st['prep_parts_mixed_us']):
-        got = {p: st[f'prep_mixed_part_{p}_us'][i] for p in _MIXED_PARTS}
+        got = {p: st[f'prep_mixed_part_{p}_us'][i] for p in MIXED_PARTS}
         assert min(got.values()) > 0 and sum(got.values()) <= total, (i, got, total)
     n_mixed = st['mixed_steps'] + st['prefill_steps']
     assert len(st['prep_parts_mixed_us']) + len(st['prep_us']) == n_mixed      # each such step timed one way
@@ -266,15 +266,15 @@ def test_the_requests_bound_is_what_a_request_holds():
 def test_what_instance_2_loaded_is_the_gets_result():
     """A stale master (its store process died): the match reports every page of the prompt present, the get delivers
     only the first. The request loads that one page and prefills from there; the other pages count as failed."""
-    from tokenspeed_lit.demo import DemoConfig, L3Plan, Scheduler, _L3_COUNTS
+    from tokenspeed_lit.demo import DemoConfig, L3Plan, L3Instance, Scheduler
     from tokenspeed_lit.l3 import OK, TRANSFER_FAIL
     from tokenspeed_lit.l3_keys import L3Namespace
     cfg = DemoConfig(requests=4, instance=2, capture_sizes=(1,))
     s, ps = Scheduler(cfg), cfg.page_size
     r = next(r for r in s.requests if (r.prompt_len - 1) // ps >= 2)
-    s.l3_ns = L3Namespace(cfg.model_line(), s.mirror, salt=b'test salt')
-    keys = list(s.l3_ns.keys(r.tokens[:(r.prompt_len - 1) // ps * ps]))
-    zeros = hashlib.sha256(np.zeros_like(s.mirror.host_pages[0].numpy())).hexdigest()
+    mirror = s.host.mirror
+    keys = list(L3Namespace(cfg.model_line(), mirror, salt=b'test salt').keys(r.tokens[:(r.prompt_len - 1) // ps * ps]))
+    zeros = hashlib.sha256(np.zeros_like(mirror.host_pages[0].numpy())).hexdigest()
 
     class Handle:
         def __init__(self, op, keys, codes): self.op, self.keys, self.codes, self.released = op, keys, np.array(codes), True
@@ -285,14 +285,14 @@ def test_what_instance_2_loaded_is_the_gets_result():
     class StaleTier:
         def match(self, ks): return Handle('match', list(ks), [OK] * len(ks))
         def get(self, ks, host):
-            s.mirror.host_pages[host[0]].zero_()          # the first page arrives; the store of the others is gone
+            mirror.host_pages[host[0]].zero_()            # the first page arrives; the store of the others is gone
             return Handle('get', list(ks), [OK] + [TRANSFER_FAIL] * (len(ks) - 1))
 
-    s.l3 = L3Plan('127.0.0.1:1', '00', 'get', digests={k: zeros for k in keys}, stored=keys)
-    s.l3_tier, s.l3_pending, s.l3_stored = StaleTier(), [], set(keys)
-    s.stats.update({k: 0 for k in _L3_COUNTS}, l3_seconds=0.0)
+    l3 = L3Instance(L3Plan('127.0.0.1:1', b'test salt'.hex(), 'get', digests={k: zeros for k in keys}, stored=keys),
+                    tier=StaleTier())
+    l3.bind(s)
     r.pool_row = s.free_rows.pop()
-    s._l3_load(r)
+    l3.load(r)
     assert r.cache_len == r.l3_len == ps and int(s.states.valid_cache_lengths[r.pool_row]) == ps
     st = s.stats
     assert (st['l3_hit_pages'], st['l3_pages_checked'], st['l3_failed_pages']) == (1, 1, len(keys) - 1)

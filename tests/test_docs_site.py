@@ -1,4 +1,4 @@
-"""The documentation site, opened in headless Chromium (issue 7).
+"""The documentation site, opened in headless Chromium.
 
 Setup does what CI has to: installs Debian's `chromium` with apt-get when /usr/bin/chromium is missing (CI runs as
 root), builds the site with tools/build_docs.py (incremental: an up-to-date site is reused), and serves it on
@@ -25,6 +25,9 @@ CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--
                  '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
 PAGES = build_docs.notebooks()                      # (notebook, docname): every notebook in nbs/, index first
+# What a saved output must not show a reader: a warning (Python's `...Warning`, matplotlib's `findfont:` lines) or a
+# traceback. Outputs hold results; a warning's cause is fixed where it arises.
+NOT_RESULTS = re.compile(r'Traceback \(most recent call last\)|\b[A-Z]\w*Warning\b|\bWarning:|\bfindfont:')
 MODULE_PAGE = next((d for nb, d in PAGES if build_docs.default_exp(nb)), None)
 
 def _modidx(): return build_docs._modidx()['syms']
@@ -156,6 +159,14 @@ def test_every_notebook_is_a_page():
     assert sorted(p for p, _ in PAGES) == sorted(nbs)
     assert PAGES[0][1] == 'index' and len({d for _, d in PAGES}) == len(PAGES)
 
+def test_what_counts_as_a_warning():
+    for shown in ("/x/torch/profiler/profiler.py:224: UserWarning: Warning: Profiler clears events",
+                  "findfont: Font family ['STIXGeneral'] not found. Falling back to DejaVu Sans.",
+                  'Traceback (most recent call last):', 'DeprecationWarning: old', 'Warning: a cycle'):
+        assert NOT_RESULTS.search(shown), shown
+    for shown in ('warnings 0, errors 0', 'a warning is a result here', 'fenced load 1.2 ms'):
+        assert not NOT_RESULTS.search(shown), shown
+
 def test_no_asset_from_the_network(site):
     "Static check of what the browser test cannot see on one visit: no script, style, font or image from http(s)."
     pat = re.compile(r'''<(?:script|img|iframe|source|embed)\b[^>]*\bsrc=["']?(?:https?:)?//'''
@@ -186,6 +197,10 @@ def test_page(nb, doc, page, base_url):
         if (vars(obj).get('__doc__') if isinstance(obj, type) else getattr(obj, '__doc__', None)):
             doc_text = p.locator(f'dt[id="{fq}"] + dd').inner_text().strip()
             assert doc_text, f'{fq}: empty docstring on {doc}.html'
+    # saved outputs show results: no warning, no traceback
+    shown = p.eval_on_selector_all('article .cell_output', 'els => els.map(e => e.innerText)')
+    bad = [line.strip()[:160] for text in shown for line in text.splitlines() if NOT_RESULTS.search(line)]
+    assert not bad, f'{doc}.html shows warnings or tracebacks in its outputs:\n' + '\n'.join(bad)
     # images (saved plots) decoded
     broken_imgs = p.eval_on_selector_all('article img', 'els => els.filter(e => !e.complete || e.naturalWidth == 0)'
                                          '.map(e => e.src)')

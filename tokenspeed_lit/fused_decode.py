@@ -320,27 +320,6 @@ class FusedDecodeStep:
         return (f'FusedDecodeStep(max_bs={self.max_bs}, max_num_tokens={self.max_num_tokens}, page_size={self.page_size}, '
                 f'width={self.width}, {"bound" if self.bound else "unbound"}, grid={self.grid})')
 
-    def _bind(self, cache_lengths, input_map, ready, vocab_size, table, by_batch: bool = False, capture: bool = True):
-        self.binding = (cache_lengths, input_map, ready, table, vocab_size, by_batch)
-        self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
-        self._args = (*self._views, cache_lengths, input_map, ready, table, self.ring.done_flags)
-        self._wp = next_pow2(self.width)
-        b, area = self.buffers, self.ring.area          # the prefill rows' positions and slots, counts from the header
-        at = STEP_HEADER.at
-        self._prefill_args = (area[at['num_extends']:at['num_extends'] + 2], b.positions_buf, b.out_cache_loc_buf,
-                              self._prefill_starts, b.extend_prefix_lens_buf, b.extend_seq_lens_buf,
-                              area[self.layout['cache_start']:], b.req_pool_indices_buf, table, self.page_size,
-                              self.max_bs, self.max_num_tokens, b.dummy_kv_slot, by_batch)
-        saved = self.buffers.slab.clone() if capture else None   # the graphs' warm-up runs empty steps: padding
-        me = weakref.ref(self)                # the ring's graphs must not hold the step: a dropped step is freed at once
-        self.ring.bind(lambda prefill: me()._work(prefill), capture, vocab_size=vocab_size, num_pool=self.num_pool,
-                       fim_stride=input_map.stride(0), fim_width=self.width, table_stride0=table.stride(0),
-                       table_stride1=table.stride(1), table_rows=table.shape[0], table_cols=table.shape[1],
-                       table_batch_order=int(by_batch))
-        if capture:                           # everywhere; put the buffers back (built unbound: nothing ran yet)
-            self.buffers.slab.copy_(saved)
-            synchronize(self.device)
-
     def _work(self, prefill: bool = False):
         "The device work after a slot's copy: the fill kernel (`prefill`: then the prefill rows' positions and KV slots)."
         _fill_kernel[self.grid](*self._args, WP=self._wp)          # first writes the slot's done flag
@@ -352,6 +331,31 @@ class FusedDecodeStep:
         c, m, r, t, v, by_batch = self.binding
         return (self.bound and c is valid_cache_lengths and m is future_input_map and r is remote_spec_candidate_ready
                 and t is req_to_page and v == vocab_size and by_batch == (table_order == 'batch'))
+
+# %% ../nbs/14_fused_decode.ipynb #5d2a9c71
+@patch
+def _bind(self: FusedDecodeStep, cache_lengths, input_map, ready, vocab_size, table, by_batch: bool = False,
+          capture: bool = True):
+    "Bind to the runtime state and table (`bind` checks them); the ring captures its graphs over them (`capture`)."
+    self.binding = (cache_lengths, input_map, ready, table, vocab_size, by_batch)
+    self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
+    self._args = (*self._views, cache_lengths, input_map, ready, table, self.ring.done_flags)
+    self._wp = next_pow2(self.width)
+    b, area = self.buffers, self.ring.area          # the prefill rows' positions and slots, counts from the header
+    at = STEP_HEADER.at
+    self._prefill_args = (area[at['num_extends']:at['num_extends'] + 2], b.positions_buf, b.out_cache_loc_buf,
+                          self._prefill_starts, b.extend_prefix_lens_buf, b.extend_seq_lens_buf,
+                          area[self.layout['cache_start']:], b.req_pool_indices_buf, table, self.page_size,
+                          self.max_bs, self.max_num_tokens, b.dummy_kv_slot, by_batch)
+    saved = self.buffers.slab.clone() if capture else None   # the graphs' warm-up runs empty steps: padding
+    me = weakref.ref(self)                # the ring's graphs must not hold the step: a dropped step is freed at once
+    self.ring.bind(lambda prefill: me()._work(prefill), capture, vocab_size=vocab_size, num_pool=self.num_pool,
+                   fim_stride=input_map.stride(0), fim_width=self.width, table_stride0=table.stride(0),
+                   table_stride1=table.stride(1), table_rows=table.shape[0], table_cols=table.shape[1],
+                   table_batch_order=int(by_batch))
+    if capture:                           # everywhere; put the buffers back (built unbound: nothing ran yet)
+        self.buffers.slab.copy_(saved)
+        synchronize(self.device)
 
 # %% ../nbs/14_fused_decode.ipynb #ccfa6d28
 @patch

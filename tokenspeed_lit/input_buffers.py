@@ -108,17 +108,22 @@ class InputBuffers:
         self.step.bind(rs.valid_cache_lengths, rs.future_input_map, rs.remote_spec_candidate_ready, rs.vocab_size,
                        req_to_page, table_order)
 
-    def fill_dummy_decode_buffers(self, batch_size: int, total_tokens: int, captured: bool = False):
-        "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request (`captured`: staged for the engine's graph)."
-        self.step.dummy(batch_size, total_tokens, captured)
+# %% ../nbs/15_input_buffers.ipynb #b7d0e2a4
+# the decode step's other ways in: a rank's dummy step, a slot written by the scheduler, the engine graph's step
+@patch
+def fill_dummy_decode_buffers(self: InputBuffers, batch_size: int, total_tokens: int, captured: bool = False):
+    "Padded decode inputs for a rank with no requests: padding everywhere, sequence lengths >= tokens per request (`captured`: staged for the engine's graph)."
+    self.step.dummy(batch_size, total_tokens, captured)
 
-    def decode_slot(self, captured: bool = False, replace: bool = False):
-        "A free host slot of the step (numpy views), for a scheduler that writes a decode step straight into staging (`captured`, `replace`: the capture slot)."
-        return self.step.decode_slot(captured, replace)
+@patch
+def decode_slot(self: InputBuffers, captured: bool = False, replace: bool = False):
+    "A free host slot of the step (numpy views), for a scheduler that writes a decode step straight into staging (`captured`, `replace`: the capture slot)."
+    return self.step.decode_slot(captured, replace)
 
-    def issue_captured(self):
-        "Call inside the capture of the engine's decode graph, before its forward: each replay first runs the step staged with `captured=True`."
-        self.step.issue_captured()
+@patch
+def issue_captured(self: InputBuffers):
+    "Call inside the capture of the engine's decode graph, before its forward: each replay first runs the step staged with `captured=True`."
+    self.step.issue_captured()
 
 # %% ../nbs/15_input_buffers.ipynb #c51a1860
 _PADDED_ATTRS = ('max_bs', 'max_num_tokens', 'device', 'has_mamba', 'dummy_kv_slot', 'state_write_padding_pool_index',
@@ -277,7 +282,8 @@ def _fill_usual(self: InputBuffers, op, total_tokens, prefix):
     except TypeError: return _UNUSUAL            # not numbers: the named checks say which
     if ovr is not None and ovr.count(-1) == D: ovr = None      # `applied_overrides`: no row overridden
     ring = step.ring
-    if not ring.stage(ring.take(), pools, ovr, pre, prefix, ids, shifted, P, W, total_tokens):
+    if not (ring.stage(ring.take(), pools, ovr, pre, prefix, ids, shifted, P, W, total_tokens) if ring.timer is None
+            else ring.timer.time('stage', ring.stage, ring.take(), pools, ovr, pre, prefix, ids, shifted, P, W, total_tokens)):
         return _UNUSUAL                          # not an int32, or arrays of another dtype (nothing committed)
     self.all_extends_mid_chunk = E == B and all(map(lt, map(add, prefix, pre), full))
     return ovr

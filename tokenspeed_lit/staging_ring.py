@@ -172,6 +172,7 @@ class StagingRing:
     "Three pinned host slots, each carrying one step to the device: two ring slots used in turn, and the capture slot an engine's own graph reads."
     def __init__(self, max_bs: int, max_num_tokens: int, area: torch.Tensor):
         self.max_bs, self.max_num_tokens = max_bs, max_num_tokens
+        self.timer = None    # an engine's in-loop timer: `timer.time(part, fn, *args)` around `stage` and its replay
         self.layout = lay = staging_layout(max_bs, max_num_tokens)
         if area.dtype != torch.int32 or area.numel() < lay['end']:
             raise ValueError(f'the device staging area must be int32 with at least {lay["end"]} elements, '
@@ -446,7 +447,8 @@ def stage(self: StagingRing, slot: int, req_pool_indices: list, decode_input_ids
            shifted_at=ids + P, staged=end, slot=slot, ticket=t)
     if slot != CAPTURE:
         self._want[slot] = t
-        self._graphs[P > 0][slot].replay()
+        if self.timer is None: self._graphs[P > 0][slot].replay()
+        else: self.timer.time('replay', self._graphs[P > 0][slot].replay)   # an engine's in-loop timer (the demo's)
     return True
 
 # %% ../nbs/13_staging_ring.ipynb #16ad9aef
@@ -527,6 +529,7 @@ def _refuse_lease(self: StagingRing, staged):
     raise ValueError(f'{staged!r} is stale: it was issued already, or the ring has taken a slot since it was handed '
                      f'out (decode_slot() again, then write the step)')
 
+# %% ../nbs/13_staging_ring.ipynb #8e41b6d3
 @patch
 def check_pools(self: StagingRing, slot: int, batch: int, name: str = 'req_pool_indices'):
     "Raise `ValueError` if one of the first `batch` pool indices of `slot` is outside `[0, num_pool)` or appears twice."

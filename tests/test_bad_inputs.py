@@ -1,5 +1,5 @@
-"""Reliability round 3 (issue 28): the kinds of silent wrong an adversarial pass found, each refused up front or named
-in debug mode, on every entry point it applies to.
+"""Bad inputs that would go wrong silently, each refused up front or named in debug mode, on every entry point it
+applies to.
 
 1. meta tensors (and any device the kernels cannot run on) are refused by kind, naming the argument and its device;
 2. in debug mode, a KV slot or a sequence length that does not fit its int32 output is named;

@@ -1,4 +1,4 @@
-"""The input contract (`contract`), case by case as the adversarial report found it broken: writes outside the output,
+"""The input contract (`contract`), case by case, where a call could break it: writes outside the output,
 garbage past the requests, narrow outputs, duplicate pool rows, silently dropped lists, unhelpful errors, work that
 followed the values instead of the output size, and the debug mode switched on from the environment."""
 import os, subprocess, sys, time

@@ -1,5 +1,6 @@
-"""House rules of issue 15 that a change could break silently: the modules' imports run one way, and no module
-imports another's private name."""
+"""House rules a change could break silently: the modules' imports run one way, no module imports another's private
+name or replaces another's attributes at run time, the package's modules and the notebooks' exported cells stay short,
+and the demo and L3 modules patch few methods onto their classes."""
 import ast, re
 from pathlib import Path
 
@@ -114,3 +115,85 @@ def test_notebook_numbers_follow_the_imports():
             if m: number[m.group(1)] = int(nb.name.split('_')[0]); break
     late = [(m, d) for m, deps in _graph().items() for d in deps if m in number and d in number and number[d] >= number[m]]
     assert not late, f'modules importing a module of a later (or the same) notebook: {late}'
+
+
+# ---- size: short modules, short cells, few patched methods where classes grew by patching ----------------------------
+
+ROOT = PKG.parent
+MAX_MODULE_LINES, MAX_CELL_LINES, MAX_DEMO_L3_PATCHES = 600, 60, 30
+
+
+def _exported_cells():
+    "(notebook, cell id, source) of every exported code cell of the notebooks in nbs/ and bench/."
+    import json
+    for nb in sorted((ROOT / 'nbs').glob('*.ipynb')) + sorted((ROOT / 'bench').glob('[0-9]*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            src = ''.join(c['source'])
+            if c['cell_type'] == 'code' and re.match(r'\s*#\|\s*exports?\b', src):
+                yield nb, c.get('id'), src
+
+
+def test_no_exported_cell_is_over_60_lines():
+    "A cell a reader takes in at once: every exported cell, directive included, is at most 60 lines."
+    long = [f'{nb.parent.name}/{nb.name} cell {cid}: {len(src.splitlines())} lines'
+            for nb, cid, src in _exported_cells() if len(src.splitlines()) > MAX_CELL_LINES]
+    assert not long, f'exported cells over {MAX_CELL_LINES} lines:\n' + '\n'.join(long)
+
+
+def test_no_module_is_over_600_lines():
+    "A module a reader can hold: every module of the package (the generated index aside) is at most 600 lines."
+    long = {p.name: n for p in PKG.glob('*.py') if p.stem != '_modidx'
+            and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f'modules over {MAX_MODULE_LINES} lines: {long}'
+
+
+def test_the_demo_and_l3_modules_patch_at_most_30_methods():
+    "The demo's and the L3 tier's classes are written in their class bodies: `@patch` decorators there total at most 30."
+    counts = {p.name: len(re.findall(r'^@patch\b', p.read_text(), re.M))
+              for p in sorted(PKG.glob('demo*.py')) + sorted(PKG.glob('l3*.py'))}
+    assert sum(counts.values()) <= MAX_DEMO_L3_PATCHES, f'{sum(counts.values())} @patch decorators: {counts}'
+
+
+# ---- no module replaces another's attributes at run time ----------------------------------------------------------
+
+def _replaced_attributes(path: Path) -> list[str]:
+    """Where `path` sets an attribute of something it did not define: `setattr(x, ...)` unless `x` is `self`, `cls`
+    or a class of this module (the documented uses: `input_buffers` makes `InputBuffers`' read-only properties in a
+    loop, `l3_keys` its own class's), `name.attr = ...` on a name imported from the package, or `@patch` onto a class
+    of another module."""
+    tree = ast.parse(path.read_text())
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    imported = {a.asname or a.name.split('.')[0] for n in ast.walk(tree) for a in getattr(n, 'names', ())   # the package's
+                if isinstance(n, ast.ImportFrom) and (n.level or (n.module or '').startswith('tokenspeed_lit'))
+                or isinstance(n, ast.Import) and a.name.startswith('tokenspeed_lit')}
+    bad = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == 'setattr' and n.args:
+            target = ast.unparse(n.args[0])
+            if target not in classes | {'self', 'cls'}: bad.append(f'{path.name}:{n.lineno} setattr({target}, ...)')
+        elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in imported:
+                    bad.append(f'{path.name}:{n.lineno} {ast.unparse(t)} = ...')
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.args.args and any(
+                ast.unparse(d).split('(')[0] == 'patch' for d in n.decorator_list):
+            ann = n.args.args[0].annotation
+            owners = {ast.unparse(e) for e in (ann.elts if isinstance(ann, ast.Tuple) else [ann])} if ann else set()
+            if owners - classes: bad.append(f'{path.name}:{n.lineno} @patch {n.name} onto {sorted(owners - classes)}')
+    return bad
+
+
+def test_no_module_replaces_another_modules_attributes():
+    "A class's methods and a module's names are what their own module says: no module sets them from outside."
+    bad = [b for p in sorted(PKG.glob('*.py')) if p.stem != '_modidx' for b in _replaced_attributes(p)]
+    assert not bad, 'attributes of another module set at run time:\n' + '\n'.join(bad)
+
+
+def test_the_replacement_check_sees_each_way(tmp_path):
+    p = tmp_path / 'm.py'
+    p.write_text('from fastcore.basics import patch\nfrom .graphs import Captured\nfrom . import contract as _c\n'
+                 'class Own: pass\nsetattr(Own, "a", 1)\nsetattr(Captured, "replay", None)\n'
+                 'Captured.replay = None\n_c.CHECK = True\n@patch\ndef f(self: Captured): pass\n'
+                 '@patch\ndef g(self: Own): pass\n')
+    assert sorted(b.split(' ', 1)[1] for b in _replaced_attributes(p)) == sorted([
+        'setattr(Captured, ...)', 'Captured.replay = ...', '_c.CHECK = ...', "@patch f onto ['Captured']"])
