@@ -63,8 +63,9 @@ nbtest: $(STAMP)
 	@$(RUN) time $(BIN)/nbdev_test --n_workers 2 --timing 2> >(grep -vE $(GLOG_LINE) >&2)
 	@$(RUN) time $(BIN)/nbdev_test --path bench --n_workers 2 --timing 2> >(grep -vE $(GLOG_LINE) >&2)
 
+# On every core there is (pytest-xdist), a test file per worker (its servers and the docs site built once per file).
 pytest: $(STAMP)
-	@$(RUN) $(PY) -m pytest -q tests/
+	@$(RUN) $(PY) -m pytest -q -n auto --dist loadfile --durations=15 tests/
 
 test: check-export nbtest pytest
 

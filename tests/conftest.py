@@ -86,11 +86,18 @@ def _hang_report(request):
 
 
 # ---- the Mooncake client logs (glog, straight to file descriptor 2) from its own threads and its destructors. Inside a
-# test pytest captures them (a failing test shows them); after the session, when the clients are destroyed, nothing
-# does: those lines go to a file instead of below the summary.
-def pytest_unconfigure(config):
+# test pytest captures them (a failing test shows them); outside a test nothing does: a pytest-xdist worker's stray lines
+# and the lines of the clients destroyed at exit go to a file in the temp directory instead of the run's output.
+def _stderr_to_file(what: str):
     import sys, tempfile
     sys.stderr.flush()
-    log = os.path.join(tempfile.gettempdir(), f'tokenspeed_lit-exit-{os.getpid()}.log')
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(os.path.join(tempfile.gettempdir(), f'tokenspeed_lit-{what}-{os.getpid()}.log'),
+                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2); os.close(fd)
+
+@_pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    if hasattr(config, 'workerinput'): _stderr_to_file('worker')    # (the controller keeps its stderr)
+
+def pytest_unconfigure(config):
+    _stderr_to_file('exit')
