@@ -99,5 +99,5 @@ def _stderr_to_file(what: str):
 def pytest_configure(config):
     if hasattr(config, 'workerinput'): _stderr_to_file('worker')    # (the controller keeps its stderr)
 
-def pytest_unconfigure(config):
-    _stderr_to_file('exit')
+import atexit
+atexit.register(_stderr_to_file, 'exit')   # after pytest has put its own stderr back: the clients destroyed at exit
