@@ -125,6 +125,8 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
+    (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
+    (['--model', 'hybrid', '--no-l3', '--verify-width', '2'], '--model hybrid runs with --verify-width 1'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main, MAX_REQUESTS
@@ -141,8 +143,21 @@ def test_help_describes_every_option():
     for action in ap._actions:
         assert action.help, action.option_strings
     text = ap.format_help()
-    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report'):
+    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report', '--model'):
         assert opt in text
+
+
+def test_demo_hybrid_model_passes_every_check():
+    "`--model hybrid`: a transformers Qwen3.5 whose Gated DeltaNet states live in the pool's state slabs; its logits, K and V, working states and checkpoints checked every step (a small run: `make test`'s time)."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'model: transformers Qwen3.5 (hybrid), 3 Gated DeltaNet + 1 full-attention layers' in r.stdout
+    states, logits = line(r, 'states compared').split(), line(r, 'logits compared').split()
+    tol = float(logits[logits.index('(tolerance') + 1].rstrip(');'))
+    assert int(states[2]) > 0 and float(states[states.index('|difference|') + 1]) <= tol
+    assert int(line(r, 'states compared').split(' checkpoints')[0].split()[-1]) > 0      # checkpoints written and compared
+    assert int(line(r, 'steps').split('(')[1].split()[0]) > 0                      # padded decode steps ran
+    assert "12, each output equal to generate's" in line(r, 'requests finished')
 
 
 def test_bad_ranks_from_the_environment_is_a_usage_error():

@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from .streams import synchronize
 from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
-from .demo_requests import SENTINEL, DemoConfig, Request, DemoViolation
+from .demo_requests import SENTINEL, MODELS, DemoConfig, Request, DemoViolation
 
 # %% auto #0
 __all__ = ['Pages', 'HostTier']
@@ -21,7 +21,8 @@ class Pages:
     def __init__(self, cfg: DemoConfig, pool_rows: int, width: int, device: torch.device):
         self.cfg, self.width, self.device = cfg, width, device
         self.pool = PagedKVPool(cfg.num_pages, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
-                                head_dim=cfg.head_dim, dtype=torch.float32, device=device)
+                                head_dim=cfg.head_dim, dtype=torch.float32, device=device,
+                                **MODELS[cfg.model].pool_layout(cfg))     # a hybrid model's state layers
         for t in self.kv_tensors(): t.fill_(SENTINEL)
         self.dummy_slot = 0                                  # slot 0 of the dummy page 0
         self.table = torch.zeros((pool_rows + 1, width), dtype=torch.int32, device=device)

@@ -10,7 +10,7 @@ import torch
 from fastcore.basics import patch
 from .device import default_device, is_accel
 from .streams import synchronize, new_stream
-from .graphs import capture
+from .graphs import Captured, capture
 from .ranks import dist_all_reduce
 from .padding import pick_capture_size
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
@@ -91,12 +91,14 @@ class Scheduler:
         self.stats = dict(steps=0, graph_steps=0, dummy_steps=0, mixed_steps=0, prefill_steps=0, tokens=0,
                           finished=0, offloads=0, resumes=0, overrides=0, single_verify=0, accepted_drafts=0,
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
-                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, **{k: [] for k in PREP_KEYS})
+                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
+                          max_state_diff=0.0, checkpoints_written=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
         self.bufs = InputBuffers(cfg.max_bs, cfg.max_num_tokens, cfg.page_size, self.pages.dummy_slot,
-                                 state_write_padding_pool_index=0, device=self.device)
+                                 state_write_padding_pool_index=0, device=self.device,   # page 0's state row: padding
+                                 has_mamba=bool(self.pages.pool.state_layers))
         self.states = RuntimeStates(self.pool_rows, cfg.vocab, output_length=L, device=self.device)
         self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
         self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
@@ -134,15 +136,16 @@ class Scheduler:
         "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
         if padded_bs not in self.graphs:
             n = padded_bs * self.cfg.verify_width
-            self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs)),
-                                             self.device)
+            fn = lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs))
+            self.graphs[padded_bs] = capture(fn, self.device) if self.model.capturable else Captured(fn)   # eager
         return self.graphs[padded_bs]
 
 # %% ../nbs/34_demo_scheduler.ipynb #bdecaf13
 @patch
 def _admit(self: Scheduler):
     cfg = self.cfg
-    life = lambda r: math.ceil((r.prompt_len + r.output_len + cfg.verify_width) / cfg.page_size)   # its pages, at most
+    life = lambda r: (math.ceil((r.prompt_len + r.output_len + cfg.verify_width) / cfg.page_size)   # its pages, at most
+                      + self.model.extra_pages)
     owed = sum(max(0, life(r) - len(r.pages)) for r in self.requests[:self.arrived] if r.state != 'done')
     for _ in range(cfg.arrivals_per_step):
         if self.arrived < len(self.requests) and self.free_rows:
@@ -155,6 +158,7 @@ def _admit(self: Scheduler):
             r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             self.pages.write_row(r)
+            self.model.admit(r)                               # a model with states: the request's state rows
             if self.l3 is not None: self.l3.on_admit(r)
 
 # %% ../nbs/34_demo_scheduler.ipynb #bf0de31a
@@ -207,9 +211,9 @@ def _stage(self: Scheduler, rows):
                    input_lengths=[n for _, n, _ in rows], input_ids=ids, shifted_input_ids=shifted,
                    extend_prefix_lens=[r.cache_len for r, _ in prefill],
                    prefill_lengths=[r.prompt_len for r, _ in prefill],
-                   decode_input_ids=overrides if decode else None)
+                   decode_input_ids=overrides if decode else None, **(mamba := self.model.state_lists(rows)))
     expect = dict(ids=[t for f in fed for t in f], fed=fed, pos=exp_pos, loc=exp_loc, single=exp_single,
-                  seq=[r.cache_len + n for r, n, _ in rows])
+                  seq=[r.cache_len + n for r, n, _ in rows], mamba=mamba)
     return op, corrupt, not_ready, expect
 
 # %% ../nbs/34_demo_scheduler.ipynb #8927a46e
@@ -305,7 +309,7 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
             ck.output(r)
             r.state, r.ref = 'done', None
             self.stats['finished'] += 1
-            self.pages.release(r); self.free_rows.append(r.pool_row)
+            self.pages.release(r); self.model.release(r); self.free_rows.append(r.pool_row)
             continue
         r.drafts = self._candidates(r)
         updated.append(r)
@@ -392,6 +396,9 @@ def report(stats: dict) -> str:
         f"continued on transformers' token",
         f"KV compared          {stats['kv_compared']} cached positions (every live request's, after every step), K "
         f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
+        *([f"states compared      {stats['states_compared']} (every live request's working conv and recurrent "
+           f"states after every step, and {stats['checkpoints_written']} checkpoints at page boundaries): max "
+           f"|difference| {stats['max_state_diff']:.1e}"] if stats.get('states_compared') else []),
         f"overrides            {stats['overrides']} ({stats['single_verify']} single-token verifies); "
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "
