@@ -127,6 +127,7 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
     (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
     (['--model', 'hybrid', '--no-l3', '--verify-width', '2'], '--model hybrid runs with --verify-width 1'),
+    (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main, MAX_REQUESTS
@@ -158,6 +159,32 @@ def test_demo_hybrid_model_passes_every_check():
     assert int(line(r, 'states compared').split(' checkpoints')[0].split()[-1]) > 0      # checkpoints written and compared
     assert int(line(r, 'steps').split('(')[1].split()[0]) > 0                      # padded decode steps ran
     assert "12, each output equal to generate's" in line(r, 'requests finished')
+    w = line(r, 'prefix reuse').split()                                       # a shared system prompt resumed
+    hits, saved, reused = int(w[2]), int(w[4]), int(w[w.index('reused') - 1])
+    assert hits > 0 and saved >= hits * 4 and reused == hits
+
+
+def test_demo_hybrid_catches_a_wrong_checkpoint():
+    "A request resuming a shared prefix from the checkpoint of the page before: its first step's logits name it."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12', '--fault', 'wrong-checkpoint')
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert ('logits of request' in v or 'working state of request' in v) and 'tolerance' in v, v
+
+
+def test_shared_pages_are_freed_by_their_last_holder():
+    from tokenspeed_lit.demo import DemoConfig, Pages, Request
+    pg = Pages(DemoConfig(), 4, 8, 'cpu')
+    a, b = Request(uid=1, prompt_len=8, output_len=1, pool_row=1), Request(uid=2, prompt_len=9, output_len=1, pool_row=2)
+    assert pg.ensure(a, 8)
+    free = pg.pool.num_free
+    pg.share(b, a.pages[:1]); assert pg.ensure(b, 9)                           # b: a's first page, then two of its own
+    assert pg.pool.num_free == free - 2 and pg.alive(a.pages)
+    shared, own = a.pages[0], a.pages[1]
+    pg.release(a)
+    assert pg.pool.num_free == free - 2 + 1 and pg.alive([shared]) and not pg.alive([own])
+    pg.release(b)
+    assert pg.pool.num_free == free + 2 and not pg.alive([shared])
 
 
 def test_bad_ranks_from_the_environment_is_a_usage_error():

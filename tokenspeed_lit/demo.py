@@ -37,7 +37,8 @@ def machine_line(device=None) -> str:
 # %% ../nbs/36_demo.ipynb #a3d54088
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
-          'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written')
+          'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved')
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
@@ -186,7 +187,8 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                                              'tokens', 'finished')},
                 checks=s.get('checks'), l3=l3,
                 states=dict(compared=s.get('states_compared'), checkpoints_written=s.get('checkpoints_written'),
-                            max_state_diff=s.get('max_state_diff')))
+                            max_state_diff=s.get('max_state_diff'), checkpoints_reused=s.get('checkpoints_reused'),
+                            prefix_hits=s.get('prefix_hits'), tokens_saved=s.get('tokens_saved')))
 
 # %% ../nbs/36_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:
@@ -209,10 +211,12 @@ def parser() -> argparse.ArgumentParser:
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page', 'l3-down'],
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'wrong-checkpoint',
+                                                       'l3-bad-page', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
-                         "request's history at another page in the step's table, 'l3-bad-page' changes a value of a page the second "
+                         "request's history at another page in the step's table, 'wrong-checkpoint' (--model hybrid) resumes "
+                         "a request sharing a prefix from the checkpoint of the page before, 'l3-bad-page' changes a value of a page the second "
                          "instance loaded from L3; or one serving must survive: "
                          "'l3-down' kills the Mooncake master in the middle of the second instance's run "
                          "(default: none)")
@@ -235,6 +239,7 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
     if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
+    if a.fault == 'wrong-checkpoint' and a.model != 'hybrid': ap.error('--fault wrong-checkpoint needs --model hybrid')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
         if not skip: ap.error('--model hybrid runs without the L3 scenario (its checkpoints are not stored to L3 yet): add --no-l3')
         if a.verify_width not in (None, 1):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/32_demo_pages.ipynb #dd2648ea
 from __future__ import annotations
-import math, time
+import collections, math, time
 import torch
 from fastcore.basics import patch
 from .streams import synchronize
@@ -33,6 +33,7 @@ class Pages:
         ring = (1 + torch.arange((pool_rows + 1) * W, dtype=torch.int32)).view(-1, W)
         self.ring_table, self.ring_pages = ring.to(device), ring.tolist()   # the host copy: for the checks
         self.batch_ring = torch.zeros((cfg.max_bs, W), dtype=torch.int32, device=device)
+        self.holders = collections.Counter()            # page -> requests holding it (more than one: a shared prefix)
     def kv_tensors(self) -> list:
         seen = {}
         for t in list(self.pool.k_buffer) + list(self.pool.v_buffer):
@@ -62,12 +63,24 @@ class Pages:
             self.pool.free([p for p in got if p not in new])
             if len(new) < need: self.pool.free(new); return False
         else: new = self.pool.alloc(need)
+        self.holders.update(new)
         r.pages += new
         self.write_row(r)
         return True
     def release(self, r: Request):
-        self.scrub(r.pages); self.pool.free(r.pages); r.pages = []
+        "Let go of `r`'s pages: those no other request holds are scrubbed and freed."
+        self.holders.subtract(r.pages)
+        gone = [p for p in r.pages if self.holders[p] <= 0]
+        for p in gone: del self.holders[p]
+        self.scrub(gone); self.pool.free(gone); r.pages = []
         self.write_row(r)
+    def share(self, r: Request, pages):
+        "`r` starts with another request's `pages` (a shared prefix, read only: its positions are cached)."
+        r.pages = list(pages); self.holders.update(r.pages)
+        self.write_row(r)
+    def alive(self, pages) -> bool:
+        "Whether every page of `pages` is still held (a prefix whose pages were freed is gone)."
+        return all(self.holders[p] > 0 for p in pages)
     def page_bytes(self, pages) -> list:
         rows = self.rows_of(pages)
         return [t.index_select(0, rows).cpu().view(torch.uint8).clone() for t in self.kv_tensors()]

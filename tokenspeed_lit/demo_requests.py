@@ -163,7 +163,8 @@ class LlamaModel:
     # what a model with a state beside its KV does (`hybrid.HybridModel`); a Llama keeps none
     @staticmethod
     def pool_layout(cfg: DemoConfig) -> dict: return {}       # PagedKVPool keywords: no state layers
-    def admit(self, r: Request): pass
+    def match(self, r: Request, alive): return None            # no prefix reuse
+    def admit(self, r: Request, cow: int = -1): pass
     def release(self, r: Request): pass
     def state_lists(self, rows) -> dict: return {}            # no Mamba lists in its steps
     def check_states(self, live, tolerance: float, stats: dict): return None

@@ -92,7 +92,8 @@ class Scheduler:
                           finished=0, offloads=0, resumes=0, overrides=0, single_verify=0, accepted_drafts=0,
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
                           max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
-                          max_state_diff=0.0, checkpoints_written=0, **{k: [] for k in PREP_KEYS})
+                          max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
+                          tokens_saved=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
@@ -157,8 +158,13 @@ def _admit(self: Scheduler):
             r.prompt_ids = np.array(r.tokens[:r.prompt_len], dtype=np.int32)      # once per request, as an engine
             r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
-            self.pages.write_row(r)
-            self.model.admit(r)                               # a model with states: the request's state rows
+            hit = self.model.match(r, self.pages.alive)       # a hybrid model: a checked prefix to resume from
+            if hit is None: self.pages.write_row(r); self.model.admit(r)
+            else:                                             # its pages shared, its state copied on write
+                (b, pages, cow), r.cache_len = hit, hit[0]
+                self.pages.share(r, pages); self.states.valid_cache_lengths[r.pool_row] = b
+                self.model.admit(r, cow)
+                self.stats['prefix_hits'] += 1; self.stats['tokens_saved'] += b
             if self.l3 is not None: self.l3.on_admit(r)
 
 # %% ../nbs/34_demo_scheduler.ipynb #bf0de31a
@@ -309,7 +315,7 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
             ck.output(r)
             r.state, r.ref = 'done', None
             self.stats['finished'] += 1
-            self.pages.release(r); self.model.release(r); self.free_rows.append(r.pool_row)
+            self.model.release(r); self.pages.release(r); self.free_rows.append(r.pool_row)
             continue
         r.drafts = self._candidates(r)
         updated.append(r)
@@ -398,7 +404,10 @@ def report(stats: dict) -> str:
         f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
         *([f"states compared      {stats['states_compared']} (every live request's working conv and recurrent "
            f"states after every step, and {stats['checkpoints_written']} checkpoints at page boundaries): max "
-           f"|difference| {stats['max_state_diff']:.1e}"] if stats.get('states_compared') else []),
+           f"|difference| {stats['max_state_diff']:.1e}",
+           f"prefix reuse         {stats['prefix_hits']} hits, {stats['tokens_saved']} prefill tokens saved; "
+           f"{stats['checkpoints_written']} state checkpoints written, {stats['checkpoints_reused']} reused (copied on "
+           f"write)"] if stats.get('states_compared') else []),
         f"overrides            {stats['overrides']} ({stats['single_verify']} single-token verifies); "
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "

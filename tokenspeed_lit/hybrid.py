@@ -290,8 +290,10 @@ class HybridModel:
     def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device):
         self.llm = tiny_qwen35(seed=cfg.model_seed, device=device, **self.shape(cfg, max_positions))
         self.paged = PagedHybrid(self.llm, pool, bufs, batch_table)     # reads the batch-ordered table
-        self.pool, self.padding = pool, bufs.state_write_padding_pool_index
+        self.pool, self.padding, self.fault = pool, bufs.state_write_padding_pool_index, cfg.fault
         self.work, self.step_rows, self.marks, self.changed = {}, [], [], []
+        self.cow, self.cows = {}, 0      # request -> checkpoint row its first step copies; copies staged this step
+        self.prefixes = {}               # tokens of a prefix ending on a page boundary -> (its pages, its checkpoint row)
 
     @staticmethod
     def shape(cfg, max_positions: int = 4096) -> dict:
@@ -332,26 +334,30 @@ class HybridModel:
 
 # %% ../nbs/29_hybrid.ipynb #cf3ae84c
 @patch
-def admit(self: HybridModel, r):
-    "A working state row for request `r`, zeroed: a request starts from the zero state (the row may hold a finished one's)."
+def admit(self: HybridModel, r, cow: int = -1):
+    "A working state row for request `r`: zeroed (a request starts from the zero state, the row may hold a finished one's), or, with `cow`, copied from that checkpoint row by its first step."
     row = self.pool.alloc(1)[0]
     for conv, ssm in self.pool.state_slabs: conv[row], ssm[row] = 0, 0
     self.work[r.uid] = row
+    if cow >= 0: self.cow[r.uid] = cow
 
 @patch
 def release(self: HybridModel, r):
-    "Give request `r`'s working state row back."
-    self.pool.free([self.work.pop(r.uid)])
+    "Give request `r`'s working state row back, and forget every prefix on its pages (before they are let go: one may be freed)."
+    self.pool.free([self.work.pop(r.uid)]); self.cow.pop(r.uid, None)
+    mine = set(r.pages)
+    self.prefixes = {k: v for k, v in self.prefixes.items() if mine.isdisjoint(v[0])}
 
 @patch
 def state_lists(self: HybridModel, rows) -> dict:
-    "The four Mamba lists of a step's `rows` [(request, tokens, is_prefill)]: working rows, and checkpoints at page boundaries."
+    "The four Mamba lists of a step's `rows` [(request, tokens, is_prefill)]: working rows, copies on write, checkpoints at page boundaries."
     ps = self.pool.page_size
     marks = [checkpoint_at(r.cache_len, n, ps) for r, n, _ in rows]
     track = [r.pages[b // ps - 1] if b > 0 else -1 for (r, _, _), b in zip(rows, marks)]
-    self.step_rows = [self.work[r.uid] for r, _, _ in rows]
+    cow = [self.cow.pop(r.uid, -1) for r, _, _ in rows]              # a copy on write: the request's first step only
+    self.step_rows, self.cows = [self.work[r.uid] for r, _, _ in rows], sum(c >= 0 for c in cow)
     self.marks = [(r, b, t) for (r, _, _), b, t in zip(rows, marks, track) if b > 0]
-    return dict(mamba_pool_indices=list(self.step_rows), mamba_cow_src_indices=[-1] * len(rows),
+    return dict(mamba_pool_indices=list(self.step_rows), mamba_cow_src_indices=cow,
                 mamba_branching_seqlens=marks, mamba_track_pool_indices=track)
 
 # %% ../nbs/29_hybrid.ipynb #1da29587
@@ -375,4 +381,22 @@ def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str 
             return (f"the {what} of request {r.uid} (state row {row}) after {q} tokens differs from transformers' by "
                     f"{d:.3g} (tolerance {tolerance:g})")
     stats['states_compared'] += len(checks); stats['checkpoints_written'] += len(self.marks)
+    stats['checkpoints_reused'] += self.cows
+    for r, b, t in self.marks:                  # checked: a later prompt starting with these tokens may resume here
+        if r.ref is not None: self.prefixes[tuple(r.tokens[:b])] = (tuple(r.pages[:b // self.pool.page_size]), t)
+    self.step_rows, self.marks, self.cows = [], [], 0
+    return None
+
+# %% ../nbs/29_hybrid.ipynb #90e3c605
+@patch
+def match(self: HybridModel, r, alive) -> tuple | None:
+    "The longest checked prefix of `r`'s prompt still held (`alive(pages)`), short of the whole prompt: (its length, its pages, its checkpoint row), or None."
+    ps = self.pool.page_size
+    for b in range((r.prompt_len - 1) // ps * ps, 0, -ps):
+        hit = self.prefixes.get(tuple(r.tokens[:b]))
+        if hit is None or not alive(hit[0]): continue
+        pages, row = hit
+        if self.fault == 'wrong-checkpoint':    # the checkpoint of a page before (or none): caught by the checks
+            row = pages[-2] if len(pages) > 1 else -1
+        return b, pages, row
     return None
