@@ -126,8 +126,9 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
     (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
-    (['--model', 'hybrid', '--no-l3', '--verify-width', '2'], '--model hybrid runs with --verify-width 1'),
+    (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
     (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
+    (['--fault', 'rejected-draft', '--no-l3'], '--fault rejected-draft needs --model hybrid'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main, MAX_REQUESTS
@@ -162,11 +163,13 @@ def test_demo_hybrid_model_passes_every_check():
     w = line(r, 'prefix reuse').split()                                       # a shared system prompt resumed
     hits, saved, reused = int(w[2]), int(w[4]), int(w[w.index('reused') - 1])
     assert hits > 0 and saved >= hits * 4 and reused == hits
+    assert int(w[w.index("decode") - 1]) > 0 and int(line(r, 'overrides').split('; ')[1].split()[0]) > 0   # verify width 2
 
 
-def test_demo_hybrid_catches_a_wrong_checkpoint():
-    "A request resuming a shared prefix from the checkpoint of the page before: its first step's logits name it."
-    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12', '--fault', 'wrong-checkpoint')
+@pytest.mark.parametrize('fault', ['wrong-checkpoint', 'rejected-draft'])
+def test_demo_hybrid_catches_state_faults(fault):
+    "A request resuming a shared prefix from the checkpoint of the page before, or a rejected draft token's update left in a state: the logits or state check names the request."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12', '--fault', fault)
     assert r.returncode == 1, r.stdout + r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     assert ('logits of request' in v or 'working state of request' in v) and 'tolerance' in v, v

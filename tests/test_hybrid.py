@@ -127,3 +127,18 @@ def test_a_wrong_or_missing_checkpoint_is_caught(cow):
     e.admit(1, shared=e.pages[0][:2], cached=8, cow=e.checkpoints[(0, 4)] if cow == 'wrong' else -1)
     e.step([(1, 3)])
     assert min(e.worst) > 5 * TOLERANCE, e.worst      # the decay and the conv window fade it: checked at once
+
+
+def test_a_padded_tail_past_the_rows_stays_finite():
+    "A padded decode graph at verify width 2 runs 2 tokens per row, a padded row has one: the tokens past every row's must not write NaN (or anything non-finite) to the dummy page every row's masked attention reads."
+    e = Engine([[5, 6, 7, 8, 9], [10, 11, 12]], 4)
+    e.admit(0); e.admit(1)
+    e.step([(0, 5), (1, 3)])
+    for t in e.pool.k_buffer + e.pool.v_buffer:
+        if t is not None: t[:4] = 0                                          # the dummy page, clean
+    e.step([(0, 1), (1, 1)], pad_to=MAX_BS)                                  # rows: 2 tokens + 2 padded of 1
+    N = 2 * MAX_BS                                                           # what the width-2 graph runs
+    logits = e.model.forward(N, MAX_BS)
+    assert torch.isfinite(logits).all()
+    assert all(torch.isfinite(t).all() for t in e.pool.k_buffer + e.pool.v_buffer if t is not None)
+    assert max(e.worst) <= TOLERANCE, e.worst

@@ -38,7 +38,7 @@ def machine_line(device=None) -> str:
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
           'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
-          'checkpoints_reused', 'prefix_hits', 'tokens_saved')
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored')
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
@@ -188,7 +188,8 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                 checks=s.get('checks'), l3=l3,
                 states=dict(compared=s.get('states_compared'), checkpoints_written=s.get('checkpoints_written'),
                             max_state_diff=s.get('max_state_diff'), checkpoints_reused=s.get('checkpoints_reused'),
-                            prefix_hits=s.get('prefix_hits'), tokens_saved=s.get('tokens_saved')))
+                            prefix_hits=s.get('prefix_hits'), tokens_saved=s.get('tokens_saved'),
+                            restored_after_rejected_draft=s.get('states_restored')))
 
 # %% ../nbs/36_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:
@@ -206,17 +207,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--model', default='llama', choices=sorted(MODELS),
                     help="the model the engine runs: 'llama' (a transformers Llama) or 'hybrid' (a transformers Qwen3.5, "
                          "Gated DeltaNet layers beside a full-attention layer, their states in the pool's state slabs; "
-                         "verify width 1, no idle requests, without the L3 scenario: --no-l3) (default: llama)")
+                         "verify width at most 2, no idle requests, without the L3 scenario: --no-l3) (default: llama)")
     ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
     ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'wrong-checkpoint',
-                                                       'l3-bad-page', 'l3-down'],
+                                                       'rejected-draft', 'l3-bad-page', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
                          "request's history at another page in the step's table, 'wrong-checkpoint' (--model hybrid) resumes "
-                         "a request sharing a prefix from the checkpoint of the page before, 'l3-bad-page' changes a value of a page the second "
+                         "a request sharing a prefix from the checkpoint of the page before, 'rejected-draft' (--model hybrid) leaves "
+                         "a rejected draft token's update in the state, 'l3-bad-page' changes a value of a page the second "
                          "instance loaded from L3; or one serving must survive: "
                          "'l3-down' kills the Mooncake master in the middle of the second instance's run "
                          "(default: none)")
@@ -239,11 +241,13 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
     if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
-    if a.fault == 'wrong-checkpoint' and a.model != 'hybrid': ap.error('--fault wrong-checkpoint needs --model hybrid')
+    if a.fault in ('wrong-checkpoint', 'rejected-draft') and a.model != 'hybrid':
+        ap.error(f'--fault {a.fault} needs --model hybrid')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
         if not skip: ap.error('--model hybrid runs without the L3 scenario (its checkpoints are not stored to L3 yet): add --no-l3')
-        if a.verify_width not in (None, 1):
-            ap.error(f'--model hybrid runs with --verify-width 1 (a rejected draft token would stay in the state), got {a.verify_width}')
+        if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
+            ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
+                     f'draft), got {a.verify_width}')
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault, model=a.model)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     if why := size_error(cfg, a.ranks, l3=not skip): ap.error(why)

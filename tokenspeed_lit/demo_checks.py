@@ -43,8 +43,8 @@ class Checks:
         diff = (got - torch.cat(want)).abs().amax(-1)
         worst = diff.max().item()
         e.stats['max_logit_diff'] = max(e.stats['max_logit_diff'], worst)
-        if worst > tol:
-            i = int((diff > tol).nonzero()[0, 0]); r, q = who[i]
+        if not worst <= tol:                                   # NaN fails too (NaN > tol is False)
+            i = int((~(diff <= tol)).nonzero()[0, 0]); r, q = who[i]
             raise DemoViolation(f"step {e.step_no}: logits of request {r.uid} at position {q} (slot "
                                 f"{e.pages.slot(r, q)}) differ from transformers' by {diff[i].item():.3g} (tolerance {tol:g})")
         e.stats['logits_compared'] += len(idx); e.stats['checks'] += 1
@@ -123,8 +123,8 @@ def kv(self: Checks):
                            [(pool.v_of(l)[idx] - wv[j]).abs().flatten(1).amax(1) for j, l in enumerate(layers)])
         worst = diff.max().item()
         e.stats['max_kv_diff'] = max(e.stats['max_kv_diff'], worst)
-        if worst > tol:
-            which, i = divmod(int((diff > tol).flatten().nonzero()[0, 0]), len(slots))
+        if not worst <= tol:                                   # NaN fails too
+            which, i = divmod(int((~(diff <= tol)).flatten().nonzero()[0, 0]), len(slots))
             raise DemoViolation(f"step {e.step_no}: layer {layers[which % nl]} {'KV'[which // nl]} of request {owners[i].uid} "
                                 f"at position {poss[i]} (slot {slots[i]}) differs from transformers' by "
                                 f"{diff[which, i].item():.3g} (tolerance {tol:g})")

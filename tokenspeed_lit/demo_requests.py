@@ -164,6 +164,7 @@ class LlamaModel:
     @staticmethod
     def pool_layout(cfg: DemoConfig) -> dict: return {}       # PagedKVPool keywords: no state layers
     def match(self, r: Request, alive): return None            # no prefix reuse
+    def verified(self, r: Request, kept: int, fed: int): return False   # no state to restore after a rejected draft
     def admit(self, r: Request, cow: int = -1): pass
     def release(self, r: Request): pass
     def state_lists(self, rows) -> dict: return {}            # no Mamba lists in its steps

@@ -93,7 +93,7 @@ class Scheduler:
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
                           max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
                           max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
-                          tokens_saved=0, **{k: [] for k in PREP_KEYS})
+                          tokens_saved=0, states_restored=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
@@ -311,6 +311,7 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
                         or fed[j + 1] != r.tokens[-1]): break
                 j += 1
             r.cache_len += j + 1; self.stats['accepted_drafts'] += j
+            self.stats['states_restored'] += self.model.verified(r, j + 1, n)   # a hybrid's: rejected drafts undone
         if len(r.tokens) - r.prompt_len >= r.output_len:
             ck.output(r)
             r.state, r.ref = 'done', None
@@ -407,7 +408,8 @@ def report(stats: dict) -> str:
            f"|difference| {stats['max_state_diff']:.1e}",
            f"prefix reuse         {stats['prefix_hits']} hits, {stats['tokens_saved']} prefill tokens saved; "
            f"{stats['checkpoints_written']} state checkpoints written, {stats['checkpoints_reused']} reused (copied on "
-           f"write)"] if stats.get('states_compared') else []),
+           f"write); {stats['states_restored']} decode rows' states restored after a rejected draft"]
+          if stats.get('states_compared') else []),
         f"overrides            {stats['overrides']} ({stats['single_verify']} single-token verifies); "
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "

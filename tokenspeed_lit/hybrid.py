@@ -244,7 +244,7 @@ def _linear(self: PagedHybrid, layer: int, attn, x, rows: list) -> torch.Tensor:
     mixed, z = attn.in_proj_qkv(x), attn.in_proj_z(x).view(x.shape[0], -1, attn.head_v_dim)
     beta = attn.in_proj_b(x).sigmoid()
     g = -attn.A_log.float().exp() * torch.nn.functional.softplus(attn.in_proj_a(x).float() + attn.dt_bias)
-    out = torch.empty_like(z)
+    out = torch.zeros_like(z)     # tokens past the rows' (a padded graph's tail) stay zero: finite, never read
     for r in rows:
         conv, ssm = conv_slab[r.work][None].clone(), ssm_slab[r.work][None].clone()
         for a, e in ((0, r.split), (r.split, r.n)) if r.split else ((0, r.n),):
@@ -282,16 +282,17 @@ def checkpoint_at(cached: int, n: int, page_size: int) -> int:
 # %% ../nbs/29_hybrid.ipynb #0b558ef3
 class HybridModel:
     "`demo --model hybrid`: `tiny_qwen35` run by `PagedHybrid`, one working state row per request, checkpoints at page boundaries."
-    DEFAULTS = dict(vocab=256, layers=4, heads=4, kv_heads=2, head_dim=16, intermediate=128, verify_width=1,
+    DEFAULTS = dict(vocab=256, layers=4, heads=4, kv_heads=2, head_dim=16, intermediate=128, verify_width=2,
                     p_idle=0.0, repeat_prep=False)   # the demo's config for it (`DemoConfig.for_device`)
+    MAX_VERIFY_WIDTH = 2    # one verify checkpoint per decode row: after its first token (below)
     capturable = False      # it reads its rows' state indices on the host: its decode "graph" runs eagerly
-    extra_pages = 1         # a page id per request beside its KV pages: the row of its working state
+    extra_pages = 2         # page ids per request beside its KV pages: the rows of its working and verify states
 
     def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device):
         self.llm = tiny_qwen35(seed=cfg.model_seed, device=device, **self.shape(cfg, max_positions))
         self.paged = PagedHybrid(self.llm, pool, bufs, batch_table)     # reads the batch-ordered table
         self.pool, self.padding, self.fault = pool, bufs.state_write_padding_pool_index, cfg.fault
-        self.work, self.step_rows, self.marks, self.changed = {}, [], [], []
+        self.work, self.verify, self.step_rows, self.marks, self.changed = {}, {}, [], [], []
         self.cow, self.cows = {}, 0      # request -> checkpoint row its first step copies; copies staged this step
         self.prefixes = {}               # tokens of a prefix ending on a page boundary -> (its pages, its checkpoint row)
 
@@ -336,7 +337,7 @@ class HybridModel:
 @patch
 def admit(self: HybridModel, r, cow: int = -1):
     "A working state row for request `r`: zeroed (a request starts from the zero state, the row may hold a finished one's), or, with `cow`, copied from that checkpoint row by its first step."
-    row = self.pool.alloc(1)[0]
+    row, self.verify[r.uid] = self.pool.alloc(2)
     for conv, ssm in self.pool.state_slabs: conv[row], ssm[row] = 0, 0
     self.work[r.uid] = row
     if cow >= 0: self.cow[r.uid] = cow
@@ -344,19 +345,19 @@ def admit(self: HybridModel, r, cow: int = -1):
 @patch
 def release(self: HybridModel, r):
     "Give request `r`'s working state row back, and forget every prefix on its pages (before they are let go: one may be freed)."
-    self.pool.free([self.work.pop(r.uid)]); self.cow.pop(r.uid, None)
+    self.pool.free([self.work.pop(r.uid), self.verify.pop(r.uid)]); self.cow.pop(r.uid, None)
     mine = set(r.pages)
     self.prefixes = {k: v for k, v in self.prefixes.items() if mine.isdisjoint(v[0])}
 
 @patch
 def state_lists(self: HybridModel, rows) -> dict:
-    "The four Mamba lists of a step's `rows` [(request, tokens, is_prefill)]: working rows, copies on write, checkpoints at page boundaries."
+    "The four Mamba lists of a step's `rows` [(request, tokens, is_prefill)]: working rows, copies on write, checkpoints at page boundaries (prefill) or after the verified token (decode)."
     ps = self.pool.page_size
-    marks = [checkpoint_at(r.cache_len, n, ps) for r, n, _ in rows]
-    track = [r.pages[b // ps - 1] if b > 0 else -1 for (r, _, _), b in zip(rows, marks)]
+    marks = [checkpoint_at(r.cache_len, n, ps) if p else r.cache_len + 1 if n > 1 else -1 for r, n, p in rows]
+    track = [-1 if b < 0 else r.pages[b // ps - 1] if p else self.verify[r.uid] for (r, _, p), b in zip(rows, marks)]
     cow = [self.cow.pop(r.uid, -1) for r, _, _ in rows]              # a copy on write: the request's first step only
     self.step_rows, self.cows = [self.work[r.uid] for r, _, _ in rows], sum(c >= 0 for c in cow)
-    self.marks = [(r, b, t) for (r, _, _), b, t in zip(rows, marks, track) if b > 0]
+    self.marks = [(r, b, t, p) for (r, _, p), b, t in zip(rows, marks, track) if b > 0]   # p: a page's checkpoint
     return dict(mamba_pool_indices=list(self.step_rows), mamba_cow_src_indices=cow,
                 mamba_branching_seqlens=marks, mamba_track_pool_indices=track)
 
@@ -364,7 +365,7 @@ def state_lists(self: HybridModel, rows) -> dict:
 @patch
 def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str | None:
     "After a step: which state rows changed, every live request's working state and this step's checkpoints against transformers'; a violation in words, or None."
-    allowed = {self.padding, *self.step_rows, *(t for _, _, t in self.marks)}
+    allowed = {self.padding, *self.step_rows, *(t for _, _, t, _ in self.marks)}
     stray = [row for row in self.changed if row not in allowed]
     if stray:
         return (f'state row {stray[0]} changed, and it is neither the padding row ({self.padding}) nor a working or '
@@ -373,21 +374,32 @@ def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str 
         return max(max((c[row] - ref.conv[j, q]).abs().max().item(), (s[row] - ref.ssm[j, q]).abs().max().item())
                    for j, (c, s) in enumerate(self.pool.state_slabs))
     checks = [(r, self.work[r.uid], r.cache_len, 'working state') for r in live if r.ref is not None]
-    checks += [(r, t, b, 'checkpoint') for r, b, t in self.marks if r.ref is not None]
+    checks += [(r, t, b, 'checkpoint' if p else 'verify checkpoint') for r, b, t, p in self.marks if r.ref is not None]
     for r, row, q, what in checks:
         d = worst(row, r.ref, q)
         stats['max_state_diff'] = max(stats['max_state_diff'], d)
-        if d > tolerance:
+        if not d <= tolerance:                  # NaN fails too
             return (f"the {what} of request {r.uid} (state row {row}) after {q} tokens differs from transformers' by "
                     f"{d:.3g} (tolerance {tolerance:g})")
-    stats['states_compared'] += len(checks); stats['checkpoints_written'] += len(self.marks)
+    stats['states_compared'] += len(checks); stats['checkpoints_written'] += sum(p for *_, p in self.marks)
     stats['checkpoints_reused'] += self.cows
-    for r, b, t in self.marks:                  # checked: a later prompt starting with these tokens may resume here
-        if r.ref is not None: self.prefixes[tuple(r.tokens[:b])] = (tuple(r.pages[:b // self.pool.page_size]), t)
+    for r, b, t, p in self.marks:               # checked: a later prompt starting with these tokens may resume here
+        if p and r.ref is not None: self.prefixes[tuple(r.tokens[:b])] = (tuple(r.pages[:b // self.pool.page_size]), t)
     self.step_rows, self.marks, self.cows = [], [], 0
     return None
 
-# %% ../nbs/29_hybrid.ipynb #90e3c605
+# %% ../nbs/29_hybrid.ipynb #d842e607
+@patch
+def verified(self: HybridModel, r, kept: int, fed: int):
+    "After sampling: `r` kept `kept` of the `fed` tokens of its decode row; a rejected draft's update leaves its working state (restored from the verify checkpoint). Returns whether it restored."
+    if kept == fed: return False
+    if kept != 1: raise ValueError(f'request {r.uid} kept {kept} of {fed} tokens: one verify checkpoint restores only to 1')
+    if self.fault == 'rejected-draft': return False     # the rejected token's update stays: caught by the state check
+    row, saved = self.work[r.uid], self.verify[r.uid]
+    for conv, ssm in self.pool.state_slabs: conv[row], ssm[row] = conv[saved], ssm[saved]
+    return True
+
+# %% ../nbs/29_hybrid.ipynb #fcc0ab64
 @patch
 def match(self: HybridModel, r, alive) -> tuple | None:
     "The longest checked prefix of `r`'s prompt still held (`alive(pages)`), short of the whole prompt: (its length, its pages, its checkpoint row), or None."
