@@ -164,6 +164,7 @@ def test_demo_hybrid_model_passes_every_check():
     hits, saved, reused = int(w[2]), int(w[4]), int(w[w.index('reused') - 1])
     assert hits > 0 and saved >= hits * 4 and reused == hits
     assert int(w[w.index("decode") - 1]) > 0 and int(line(r, 'overrides').split('; ')[1].split()[0]) > 0   # verify width 2
+    assert int(line(r, 'host tier').split()[2]) > 0       # idle requests took their state rows to the host and back
 
 
 @pytest.mark.parametrize('fault', ['wrong-checkpoint', 'rejected-draft'])

@@ -110,24 +110,24 @@ class HostTier:
         self.stats['host_seconds'] += time.perf_counter() - t0
         self.stats['host_bytes'] += len(pairs) * self.mirror.bytes_per_host_page()
 
-    def offload(self, r: Request, idle_until: int) -> bool:
-        "Store `r`'s pages to the host mirror, free them, and mark `r` idle until step `idle_until`."
-        n = len(r.pages)
+    def offload(self, r: Request, idle_until: int, extra=()) -> bool:
+        "Store `r`'s pages (then the page ids `extra`: a hybrid model's state rows) to the host mirror, free them, and mark `r` idle until step `idle_until`."
+        n = len(r.pages) + len(extra)
         if n > len(self.free): return False
         r.host_pages = [self.free.pop() for _ in range(n)]
         r.snapshot = self.pages.page_bytes(r.pages)
-        self.timed_move(self.mirror.store_pages, list(zip(r.pages, r.host_pages)))
+        self.timed_move(self.mirror.store_pages, list(zip(r.pages + list(extra), r.host_pages)))
         r.old_pages = list(r.pages)
         self.pages.release(r)
         r.state, r.idle_until = 'idle', idle_until
         self.stats['offloads'] += 1
         return True
 
-    def resume(self, r: Request, step_no: int) -> bool:
-        "Load an idle request's pages back into different device pages; check the bytes."
-        n, ps = len(r.host_pages), self.pages.cfg.page_size
+    def resume(self, r: Request, step_no: int, extra=()) -> bool:
+        "Load an idle request's pages back into different device pages (and its `extra` rows into the page ids `extra`); check the bytes."
+        n, ps = len(r.host_pages) - len(extra), self.pages.cfg.page_size
         if not self.pages.ensure(r, n * ps, avoid=set(r.old_pages)): return False
-        self.timed_move(self.mirror.load_pages, list(zip(r.pages, r.host_pages)))
+        self.timed_move(self.mirror.load_pages, list(zip(r.pages + list(extra), r.host_pages)))
         for i, (a, b) in enumerate(zip(r.snapshot, self.pages.page_bytes(r.pages))):
             if not torch.equal(a, b):
                 q = int((a != b).nonzero()[0, 0]) // (a.numel() // (n * ps))

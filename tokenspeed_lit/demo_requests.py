@@ -165,6 +165,8 @@ class LlamaModel:
     def pool_layout(cfg: DemoConfig) -> dict: return {}       # PagedKVPool keywords: no state layers
     def match(self, r: Request, alive): return None            # no prefix reuse
     def verified(self, r: Request, kept: int, fed: int): return False   # no state to restore after a rejected draft
+    def idle_rows(self, r: Request) -> list: return []          # nothing to store beside an idle request's pages
+    def resume_rows(self, r: Request) -> list: return []
     def admit(self, r: Request, cow: int = -1): pass
     def release(self, r: Request): pass
     def state_lists(self, rows) -> dict: return {}            # no Mamba lists in its steps

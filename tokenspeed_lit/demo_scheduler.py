@@ -127,9 +127,13 @@ class Scheduler:
         self.step_no += 1
         if self.l3 is not None: self.l3.on_step()
         for r in [r for r in self.requests[:self.arrived] if r.state == 'idle' and r.idle_until <= self.step_no]:
-            self.host.resume(r, self.step_no)
+            rows = self.model.resume_rows(r)                  # a hybrid's state rows come back into fresh rows
+            if rows is not None and not self.host.resume(r, self.step_no, rows) and rows: self.model.release(r)
         for r in [r for r in self.live if r.state == 'decode']:
-            if self.rng.random() < self.cfg.p_idle: self.host.offload(r, self.step_no + self.rng.randint(*self.cfg.idle_steps))
+            if self.rng.random() < self.cfg.p_idle:
+                rows = self.model.idle_rows(r)                # ... and go to the host with its pages
+                if self.host.offload(r, self.step_no + self.rng.randint(*self.cfg.idle_steps), rows) and rows:
+                    self.model.release(r)
         self._admit()
         rows = self._step_rows()
         return rows, all(not p for _, _, p in rows)

@@ -283,7 +283,7 @@ def checkpoint_at(cached: int, n: int, page_size: int) -> int:
 class HybridModel:
     "`demo --model hybrid`: `tiny_qwen35` run by `PagedHybrid`, one working state row per request, checkpoints at page boundaries."
     DEFAULTS = dict(vocab=256, layers=4, heads=4, kv_heads=2, head_dim=16, intermediate=128, verify_width=2,
-                    p_idle=0.0, repeat_prep=False)   # the demo's config for it (`DemoConfig.for_device`)
+                    repeat_prep=False)   # the demo's config for it (`DemoConfig.for_device`)
     MAX_VERIFY_WIDTH = 2    # one verify checkpoint per decode row: after its first token (below)
     capturable = False      # it reads its rows' state indices on the host: its decode "graph" runs eagerly
     extra_pages = 2         # page ids per request beside its KV pages: the rows of its working and verify states
@@ -399,7 +399,22 @@ def verified(self: HybridModel, r, kept: int, fed: int):
     for conv, ssm in self.pool.state_slabs: conv[row], ssm[row] = conv[saved], ssm[saved]
     return True
 
-# %% ../nbs/29_hybrid.ipynb #fcc0ab64
+# %% ../nbs/29_hybrid.ipynb #aac49da0
+@patch
+def idle_rows(self: HybridModel, r) -> list:
+    "The state rows to store beside `r`'s pages when it goes idle (its working and verify rows); forgets the prefixes on its pages (they are let go)."
+    mine = set(r.pages)
+    self.prefixes = {k: v for k, v in self.prefixes.items() if mine.isdisjoint(v[0])}
+    return [self.work[r.uid], self.verify[r.uid]]
+
+@patch
+def resume_rows(self: HybridModel, r) -> list | None:
+    "Fresh working and verify rows for `r` coming back from the host (loaded there with its pages), or None when the pool has none."
+    if self.pool.num_free < 2: return None
+    self.work[r.uid], self.verify[r.uid] = self.pool.alloc(2)
+    return [self.work[r.uid], self.verify[r.uid]]
+
+# %% ../nbs/29_hybrid.ipynb #7ffc7c75
 @patch
 def match(self: HybridModel, r, alive) -> tuple | None:
     "The longest checked prefix of `r`'s prompt still held (`alive(pages)`), short of the whole prompt: (its length, its pages, its checkpoint row), or None."
