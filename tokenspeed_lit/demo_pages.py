@@ -69,21 +69,24 @@ class Pages:
         return True
     def release(self, r: Request):
         "Let go of `r`'s pages: those no other request holds are scrubbed and freed."
-        self.holders.subtract(r.pages)
-        gone = [p for p in r.pages if self.holders[p] <= 0]
+        self.holders.subtract(r.pages); gone = [p for p in r.pages if self.holders[p] <= 0]
         for p in gone: del self.holders[p]
-        self.scrub(gone); self.pool.free(gone); r.pages = []
-        self.write_row(r)
-    def share(self, r: Request, pages):
-        "`r` starts with another request's `pages` (a shared prefix, read only: its positions are cached)."
-        r.pages = list(pages); self.holders.update(r.pages)
-        self.write_row(r)
-    def alive(self, pages) -> bool:
-        "Whether every page of `pages` is still held (a prefix whose pages were freed is gone)."
-        return all(self.holders[p] > 0 for p in pages)
+        self.scrub(gone); self.pool.free(gone); r.pages = []; self.write_row(r)
     def page_bytes(self, pages) -> list:
         rows = self.rows_of(pages)
         return [t.index_select(0, rows).cpu().view(torch.uint8).clone() for t in self.kv_tensors()]
+
+# %% ../nbs/32_demo_pages.ipynb #fe5fh001
+@patch
+def share(self: Pages, r: Request, pages):
+    "`r` starts with another request's `pages` (a shared prefix, read only: its positions are cached)."
+    r.pages = list(pages); self.holders.update(r.pages)
+    self.write_row(r)
+
+@patch
+def alive(self: Pages, pages) -> bool:
+    "Whether every page of `pages` is still held (a prefix whose pages were freed is gone)."
+    return all(self.holders[p] > 0 for p in pages)
 
 # %% ../nbs/32_demo_pages.ipynb #c57ea2c7
 @patch

@@ -137,13 +137,16 @@ class Scheduler:
         self._admit()
         rows = self._step_rows()
         return rows, all(not p for _, _, p in rows)
-    def decode_graph(self, padded_bs: int):
-        "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
-        if padded_bs not in self.graphs:
-            n = padded_bs * self.cfg.verify_width
-            fn = lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs))
-            self.graphs[padded_bs] = capture(fn, self.device) if self.model.capturable else Captured(fn)   # eager
-        return self.graphs[padded_bs]
+
+# %% ../nbs/34_demo_scheduler.ipynb #ce80h001
+@patch
+def decode_graph(self: Scheduler, padded_bs: int):
+    "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
+    if padded_bs not in self.graphs:
+        n = padded_bs * self.cfg.verify_width
+        fn = lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs))
+        self.graphs[padded_bs] = capture(fn, self.device) if self.model.capturable else Captured(fn)   # eager
+    return self.graphs[padded_bs]
 
 # %% ../nbs/34_demo_scheduler.ipynb #bdecaf13
 @patch
