@@ -207,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--model', default='llama', choices=sorted(MODELS),
                     help="the model the engine runs: 'llama' (a transformers Llama) or 'hybrid' (a transformers Qwen3.5, "
                          "Gated DeltaNet layers beside a full-attention layer, their states in the pool's state slabs; "
-                         "verify width at most 2, no idle requests, without the L3 scenario: --no-l3) (default: llama)")
+                         "verify width at most 2, without the L3 scenario: --no-l3) (default: llama)")
     ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
