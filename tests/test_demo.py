@@ -125,6 +125,10 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
+    (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
+    (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
+    (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
+    (['--fault', 'rejected-draft', '--no-l3'], '--fault rejected-draft needs --model hybrid'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main, MAX_REQUESTS
@@ -141,8 +145,50 @@ def test_help_describes_every_option():
     for action in ap._actions:
         assert action.help, action.option_strings
     text = ap.format_help()
-    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report'):
+    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report', '--model'):
         assert opt in text
+
+
+def test_demo_hybrid_model_passes_every_check():
+    "`--model hybrid`: a transformers Qwen3.5 whose Gated DeltaNet states live in the pool's state slabs; its logits, K and V, working states and checkpoints checked every step (a small run: `make test`'s time)."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'model: transformers Qwen3.5 (hybrid), 3 Gated DeltaNet + 1 full-attention layers' in r.stdout
+    states, logits = line(r, 'states compared').split(), line(r, 'logits compared').split()
+    tol = float(logits[logits.index('(tolerance') + 1].rstrip(');'))
+    assert int(states[2]) > 0 and float(states[states.index('|difference|') + 1]) <= tol
+    assert int(line(r, 'states compared').split(' checkpoints')[0].split()[-1]) > 0      # checkpoints written and compared
+    assert int(line(r, 'steps').split('(')[1].split()[0]) > 0                      # padded decode steps ran
+    assert "12, each output equal to generate's" in line(r, 'requests finished')
+    w = line(r, 'prefix reuse').split()                                       # a shared system prompt resumed
+    hits, saved, reused = int(w[2]), int(w[4]), int(w[w.index('reused') - 1])
+    assert hits > 0 and saved >= hits * 4 and reused == hits
+    assert int(w[w.index("decode") - 1]) > 0 and int(line(r, 'overrides').split('; ')[1].split()[0]) > 0   # verify width 2
+    assert int(line(r, 'host tier').split()[2]) > 0       # idle requests took their state rows to the host and back
+
+
+@pytest.mark.parametrize('fault', ['wrong-checkpoint', 'rejected-draft'])
+def test_demo_hybrid_catches_state_faults(fault):
+    "A request resuming a shared prefix from the checkpoint of the page before, or a rejected draft token's update left in a state: the logits or state check names the request."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', '12', '--fault', fault)
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert ('logits of request' in v or 'working state of request' in v) and 'tolerance' in v, v
+
+
+def test_shared_pages_are_freed_by_their_last_holder():
+    from tokenspeed_lit.demo import DemoConfig, Pages, Request
+    pg = Pages(DemoConfig(), 4, 8, 'cpu')
+    a, b = Request(uid=1, prompt_len=8, output_len=1, pool_row=1), Request(uid=2, prompt_len=9, output_len=1, pool_row=2)
+    assert pg.ensure(a, 8)
+    free = pg.pool.num_free
+    pg.share(b, a.pages[:1]); assert pg.ensure(b, 9)                           # b: a's first page, then two of its own
+    assert pg.pool.num_free == free - 2 and pg.alive(a.pages)
+    shared, own = a.pages[0], a.pages[1]
+    pg.release(a)
+    assert pg.pool.num_free == free - 2 + 1 and pg.alive([shared]) and not pg.alive([own])
+    pg.release(b)
+    assert pg.pool.num_free == free + 2 and not pg.alive([shared])
 
 
 def test_bad_ranks_from_the_environment_is_a_usage_error():

@@ -37,8 +37,9 @@ def machine_line(device=None) -> str:
 # %% ../nbs/36_demo.ipynb #a3d54088
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
-          'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep')
-MAXED = ('max_logit_diff', 'max_kv_diff')   # floats: all-reduced as integers in units of 1e-12
+          'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored')
+MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
     torch.set_num_threads(threads_per_rank(world))
@@ -169,7 +170,7 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
     return dict(gpu=torch.cuda.get_device_name(dev) if is_accel(dev) else None, torch=torch.__version__,
                 triton=triton.__version__, transformers=version('transformers'), machine=machine_line(),
                 passed=failure is None, failure=failure, elapsed_s=round(elapsed_s, 2),
-                config=dict(ranks=ranks, requests=cfg.requests, verify_width=cfg.verify_width,
+                config=dict(model=cfg.model, ranks=ranks, requests=cfg.requests, verify_width=cfg.verify_width,
                             page_size=cfg.page_size, seed=cfg.seed, fault=cfg.fault),
                 prep_us=dict(decode_median=us('prep_decode_us'), mixed_median=us('prep_us'),
                              decode_hot=us('prep_decode_repeat_us'), mixed_hot=us('prep_repeat_us')),
@@ -184,7 +185,11 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
                 steps={k: s.get(k) for k in ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps',
                                              'tokens', 'finished')},
-                checks=s.get('checks'), l3=l3)
+                checks=s.get('checks'), l3=l3,
+                states=dict(compared=s.get('states_compared'), checkpoints_written=s.get('checkpoints_written'),
+                            max_state_diff=s.get('max_state_diff'), checkpoints_reused=s.get('checkpoints_reused'),
+                            prefix_hits=s.get('prefix_hits'), tokens_saved=s.get('tokens_saved'),
+                            restored_after_rejected_draft=s.get('states_restored')))
 
 # %% ../nbs/36_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:
@@ -199,14 +204,21 @@ def parser() -> argparse.ArgumentParser:
                          f'memory, at most {request_bytes(DemoConfig.for_device(gpu=True, verify_width=8))} bytes each; fewer '
                          f'with several ranks, and with the L3 scenario, whose store segment holds every prompt page: '
                          f'{L3_BUDGET >> 30} GiB) (default: 64 under the Triton interpreter, 256 on a GPU)')
+    ap.add_argument('--model', default='llama', choices=sorted(MODELS),
+                    help="the model the engine runs: 'llama' (a transformers Llama) or 'hybrid' (a transformers Qwen3.5, "
+                         "Gated DeltaNet layers beside a full-attention layer, their states in the pool's state slabs; "
+                         "verify width at most 2, without the L3 scenario: --no-l3) (default: llama)")
     ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'l3-bad-page', 'l3-down'],
+    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'wrong-checkpoint',
+                                                       'rejected-draft', 'l3-bad-page', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
-                         "request's history at another page in the step's table, 'l3-bad-page' changes a value of a page the second "
+                         "request's history at another page in the step's table, 'wrong-checkpoint' (--model hybrid) resumes "
+                         "a request sharing a prefix from the checkpoint of the page before, 'rejected-draft' (--model hybrid) leaves "
+                         "a rejected draft token's update in the state, 'l3-bad-page' changes a value of a page the second "
                          "instance loaded from L3; or one serving must survive: "
                          "'l3-down' kills the Mooncake master in the middle of the second instance's run "
                          "(default: none)")
@@ -229,7 +241,14 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
     if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
-    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault)
+    if a.fault in ('wrong-checkpoint', 'rejected-draft') and a.model != 'hybrid':
+        ap.error(f'--fault {a.fault} needs --model hybrid')
+    if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
+        if not skip: ap.error('--model hybrid runs without the L3 scenario (its checkpoints are not stored to L3 yet): add --no-l3')
+        if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
+            ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
+                     f'draft), got {a.verify_width}')
+    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault, model=a.model)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     if why := size_error(cfg, a.ranks, l3=not skip): ap.error(why)
     return cfg, skip

@@ -43,8 +43,8 @@ class Checks:
         diff = (got - torch.cat(want)).abs().amax(-1)
         worst = diff.max().item()
         e.stats['max_logit_diff'] = max(e.stats['max_logit_diff'], worst)
-        if worst > tol:
-            i = int((diff > tol).nonzero()[0, 0]); r, q = who[i]
+        if not worst <= tol:                                   # NaN fails too (NaN > tol is False)
+            i = int((~(diff <= tol)).nonzero()[0, 0]); r, q = who[i]
             raise DemoViolation(f"step {e.step_no}: logits of request {r.uid} at position {q} (slot "
                                 f"{e.pages.slot(r, q)}) differ from transformers' by {diff[i].item():.3g} (tolerance {tol:g})")
         e.stats['logits_compared'] += len(idx); e.stats['checks'] += 1
@@ -83,7 +83,9 @@ def staging(self: Checks, rows, expect, padded_bs: int, padded_tokens: int):
                 out_cache_loc_buf=expect['loc'] + [dummy] * (T - total),
                 input_lengths_buf=[n for _, n, _ in rows] + [1] * (T - bs),
                 seq_lens_buf=expect['seq'] + [1] * (B - bs),
-                req_pool_indices_buf=[r.pool_row for r, _, _ in rows] + [0] * (B - bs))
+                req_pool_indices_buf=[r.pool_row for r, _, _ in rows] + [0] * (B - bs),
+                state_write_req_pool_indices_buf=[r.pool_row for r, _, _ in rows] + [b.state_write_padding_pool_index] * (B - bs),
+                **{f'{k}_buf': v + [-1] * (B - bs) for k, v in expect['mamba'].items()})   # a hybrid model's rows
     for name, values in want.items():
         got = getattr(b, name).cpu().tolist()
         if got != values:
@@ -109,20 +111,21 @@ def kv(self: Checks):
     "Every live request's K and V are transformers' at every cached position; free pages hold the sentinel."
     e = self.e
     pool, tol, ps = e.pages.pool, e.cfg.tolerance, e.cfg.page_size
-    nl, slots, poss, owners, want_k, want_v = pool.num_layers, [], [], [], [], []
+    layers = [l for l in range(pool.num_layers) if l not in pool.state_layers]   # a hybrid's state layers keep no KV
+    nl, slots, poss, owners, want_k, want_v = len(layers), [], [], [], [], []
     for r in e.live:
         if not r.cache_len: continue
         slots += [e.pages.slot(r, q) for q in range(r.cache_len)]; poss += range(r.cache_len); owners += [r] * r.cache_len
         want_k.append(r.ref.keys[:, :r.cache_len]); want_v.append(r.ref.values[:, :r.cache_len])
     if slots:
         idx, wk, wv = torch.tensor(slots, device=e.device), torch.cat(want_k, 1), torch.cat(want_v, 1)
-        diff = torch.stack([(pool.k_of(l)[idx] - wk[l]).abs().flatten(1).amax(1) for l in range(nl)] +
-                           [(pool.v_of(l)[idx] - wv[l]).abs().flatten(1).amax(1) for l in range(nl)])
+        diff = torch.stack([(pool.k_of(l)[idx] - wk[j]).abs().flatten(1).amax(1) for j, l in enumerate(layers)] +
+                           [(pool.v_of(l)[idx] - wv[j]).abs().flatten(1).amax(1) for j, l in enumerate(layers)])
         worst = diff.max().item()
         e.stats['max_kv_diff'] = max(e.stats['max_kv_diff'], worst)
-        if worst > tol:
-            which, i = divmod(int((diff > tol).flatten().nonzero()[0, 0]), len(slots))
-            raise DemoViolation(f"step {e.step_no}: layer {which % nl} {'KV'[which // nl]} of request {owners[i].uid} "
+        if not worst <= tol:                                   # NaN fails too
+            which, i = divmod(int((~(diff <= tol)).flatten().nonzero()[0, 0]), len(slots))
+            raise DemoViolation(f"step {e.step_no}: layer {layers[which % nl]} {'KV'[which // nl]} of request {owners[i].uid} "
                                 f"at position {poss[i]} (slot {slots[i]}) differs from transformers' by "
                                 f"{diff[which, i].item():.3g} (tolerance {tol:g})")
         e.stats['kv_compared'] += len(slots)
@@ -140,6 +143,8 @@ def kv(self: Checks):
                 slot = int(rows[stray.nonzero()[0, 0]])
                 raise DemoViolation(f'step {e.step_no}: slot {slot} (page {slot // ps}, owned by no request) '
                                     f'was written')
+    if (why := e.model.check_states(e.live, tol, e.stats)):    # a model with states: its rows (hybrid.HybridModel)
+        raise DemoViolation(f'step {e.step_no}: {why}')
     e.stats['checks'] += 2
 
 # %% ../nbs/33_demo_checks.ipynb #dcef0ae3
@@ -184,7 +189,7 @@ class Faults:
         if self.fault == 'stray-write' and e.step_no >= 8:     # the first step from 8 on that runs
             owned = {p for r in e.requests for p in r.pages}
             page = next(p for p in range(1, e.pages.pool.num_pages) if p not in owned)
-            e.pages.pool.k_of(0)[page * ps] = 5.0
+            e.pages.kv_tensors()[0][page * ps] = 5.0        # the first layer with KV (a hybrid's first has a state)
         if self.fault == 'wrong-page' and e.step_no > 5:
             i = next((i for i, (r, _, _) in enumerate(rows) if r.cache_len >= ps), None)
             if i is not None:        # page 0 of a row with a whole cached page: history, no slot of this step

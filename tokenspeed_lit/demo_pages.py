@@ -4,13 +4,13 @@
 
 # %% ../nbs/32_demo_pages.ipynb #dd2648ea
 from __future__ import annotations
-import math, time
+import collections, math, time
 import torch
 from fastcore.basics import patch
 from .streams import synchronize
 from .kv_pool import PagedKVPool
 from .host_mirror import FlatHostMirror
-from .demo_requests import SENTINEL, DemoConfig, Request, DemoViolation
+from .demo_requests import SENTINEL, MODELS, DemoConfig, Request, DemoViolation
 
 # %% auto #0
 __all__ = ['Pages', 'HostTier']
@@ -21,7 +21,8 @@ class Pages:
     def __init__(self, cfg: DemoConfig, pool_rows: int, width: int, device: torch.device):
         self.cfg, self.width, self.device = cfg, width, device
         self.pool = PagedKVPool(cfg.num_pages, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
-                                head_dim=cfg.head_dim, dtype=torch.float32, device=device)
+                                head_dim=cfg.head_dim, dtype=torch.float32, device=device,
+                                **MODELS[cfg.model].pool_layout(cfg))     # a hybrid model's state layers
         for t in self.kv_tensors(): t.fill_(SENTINEL)
         self.dummy_slot = 0                                  # slot 0 of the dummy page 0
         self.table = torch.zeros((pool_rows + 1, width), dtype=torch.int32, device=device)
@@ -32,6 +33,7 @@ class Pages:
         ring = (1 + torch.arange((pool_rows + 1) * W, dtype=torch.int32)).view(-1, W)
         self.ring_table, self.ring_pages = ring.to(device), ring.tolist()   # the host copy: for the checks
         self.batch_ring = torch.zeros((cfg.max_bs, W), dtype=torch.int32, device=device)
+        self.holders = collections.Counter()            # page -> requests holding it (more than one: a shared prefix)
     def kv_tensors(self) -> list:
         seen = {}
         for t in list(self.pool.k_buffer) + list(self.pool.v_buffer):
@@ -61,15 +63,30 @@ class Pages:
             self.pool.free([p for p in got if p not in new])
             if len(new) < need: self.pool.free(new); return False
         else: new = self.pool.alloc(need)
+        self.holders.update(new)
         r.pages += new
         self.write_row(r)
         return True
     def release(self, r: Request):
-        self.scrub(r.pages); self.pool.free(r.pages); r.pages = []
-        self.write_row(r)
+        "Let go of `r`'s pages: those no other request holds are scrubbed and freed."
+        self.holders.subtract(r.pages); gone = [p for p in r.pages if self.holders[p] <= 0]
+        for p in gone: del self.holders[p]
+        self.scrub(gone); self.pool.free(gone); r.pages = []; self.write_row(r)
     def page_bytes(self, pages) -> list:
         rows = self.rows_of(pages)
         return [t.index_select(0, rows).cpu().view(torch.uint8).clone() for t in self.kv_tensors()]
+
+# %% ../nbs/32_demo_pages.ipynb #fe5fh001
+@patch
+def share(self: Pages, r: Request, pages):
+    "`r` starts with another request's `pages` (a shared prefix, read only: its positions are cached)."
+    r.pages = list(pages); self.holders.update(r.pages)
+    self.write_row(r)
+
+@patch
+def alive(self: Pages, pages) -> bool:
+    "Whether every page of `pages` is still held (a prefix whose pages were freed is gone)."
+    return all(self.holders[p] > 0 for p in pages)
 
 # %% ../nbs/32_demo_pages.ipynb #c57ea2c7
 @patch
@@ -96,24 +113,24 @@ class HostTier:
         self.stats['host_seconds'] += time.perf_counter() - t0
         self.stats['host_bytes'] += len(pairs) * self.mirror.bytes_per_host_page()
 
-    def offload(self, r: Request, idle_until: int) -> bool:
-        "Store `r`'s pages to the host mirror, free them, and mark `r` idle until step `idle_until`."
-        n = len(r.pages)
+    def offload(self, r: Request, idle_until: int, extra=()) -> bool:
+        "Store `r`'s pages (then the page ids `extra`: a hybrid model's state rows) to the host mirror, free them, and mark `r` idle until step `idle_until`."
+        n = len(r.pages) + len(extra)
         if n > len(self.free): return False
         r.host_pages = [self.free.pop() for _ in range(n)]
         r.snapshot = self.pages.page_bytes(r.pages)
-        self.timed_move(self.mirror.store_pages, list(zip(r.pages, r.host_pages)))
+        self.timed_move(self.mirror.store_pages, list(zip(r.pages + list(extra), r.host_pages)))
         r.old_pages = list(r.pages)
         self.pages.release(r)
         r.state, r.idle_until = 'idle', idle_until
         self.stats['offloads'] += 1
         return True
 
-    def resume(self, r: Request, step_no: int) -> bool:
-        "Load an idle request's pages back into different device pages; check the bytes."
-        n, ps = len(r.host_pages), self.pages.cfg.page_size
+    def resume(self, r: Request, step_no: int, extra=()) -> bool:
+        "Load an idle request's pages back into different device pages (and its `extra` rows into the page ids `extra`); check the bytes."
+        n, ps = len(r.host_pages) - len(extra), self.pages.cfg.page_size
         if not self.pages.ensure(r, n * ps, avoid=set(r.old_pages)): return False
-        self.timed_move(self.mirror.load_pages, list(zip(r.pages, r.host_pages)))
+        self.timed_move(self.mirror.load_pages, list(zip(r.pages + list(extra), r.host_pages)))
         for i, (a, b) in enumerate(zip(r.snapshot, self.pages.page_bytes(r.pages))):
             if not torch.equal(a, b):
                 q = int((a != b).nonzero()[0, 0]) // (a.numel() // (n * ps))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from .device import triton_interpreted
+from .hybrid import HybridModel
 from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
@@ -35,7 +36,8 @@ class DemoConfig:
     verify_width: int = 2       # speculative verify width L of decode rows
     num_pages: int = 192        # device KV pages (page 0 is the dummy page)
     host_pages: int = 128       # pages of the host mirror
-    model: str = 'llama'        # the model the engine runs, and its reference: a key of MODELS (below)
+    model: str = 'llama'        # the model the engine runs, and its reference: a key of MODELS (below); its
+                                # class's DEFAULTS override the fields below it (`for_device`)
     layers: int = 2             # the model's shape (the Llama: paged_llama.tiny_llama)
     heads: int = 4
     kv_heads: int = 2           # grouped-query attention; K and V rows of the pool are [kv_heads, head_dim]
@@ -68,14 +70,15 @@ class DemoConfig:
 
     @classmethod
     def for_device(cls, gpu: bool | None = None, **kw):
-        "Small defaults under the Triton interpreter, larger ones on a GPU (`gpu`: the GPU's or not, wherever it runs)."
+        "Small defaults under the Triton interpreter, larger ones on a GPU (`gpu`: the GPU's or not, wherever it runs); the model's own `DEFAULTS` over both."
+        base = {}
         if (not triton_interpreted()) if gpu is None else gpu:
-            kw = dict(dict(requests=256, max_bs=64, max_num_tokens=512, num_pages=4096, host_pages=2048, layers=4,
-                           heads=8, kv_heads=2, head_dim=64, intermediate=1024, vocab=8192,
-                           max_prompt=300, max_output=32, chunk=128, arrivals_per_step=8,
-                           capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True, system_pages=(8, 32),
-                           l3_requests=64), **kw)
-        return cls(**kw)
+            base = dict(requests=256, max_bs=64, max_num_tokens=512, num_pages=4096, host_pages=2048, layers=4,
+                        heads=8, kv_heads=2, head_dim=64, intermediate=1024, vocab=8192,
+                        max_prompt=300, max_output=32, chunk=128, arrivals_per_step=8,
+                        capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True, system_pages=(8, 32),
+                        l3_requests=64)
+        return cls(**{**base, **MODELS[kw.get('model', cls.model)].DEFAULTS, **kw})
 
     def model_line(self) -> str:
         "The model in words (its class in `MODELS` says it)."
@@ -130,6 +133,10 @@ class DemoViolation(AssertionError):
 # %% ../nbs/31_demo_requests.ipynb #afdde468
 class LlamaModel:
     "The model the demo's engine runs (a transformers Llama with random weights, paged: `PagedLlama`) and its reference."
+    DEFAULTS = {}           # the demo's config as it is
+    capturable = True       # its decode forward is captured as a graph
+    extra_pages = 0         # pages a request holds beside its KV pages
+
     def __init__(self, cfg: DemoConfig, pool, bufs, batch_table: torch.Tensor, max_positions: int, device):
         self.llm = tiny_llama(cfg.vocab, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
                               max_positions=max_positions, seed=cfg.model_seed, device=device)
@@ -153,4 +160,16 @@ class LlamaModel:
                 f'{cfg.head_dim}, vocab {cfg.vocab}, random weights (seed {cfg.model_seed}), float32, '
                 f'tolerance {cfg.tolerance:g}')
 
-MODELS = {'llama': LlamaModel}   # DemoConfig.model -> the class; the hybrid model's issue adds its own
+    # what a model with a state beside its KV does (`hybrid.HybridModel`); a Llama keeps none
+    @staticmethod
+    def pool_layout(cfg: DemoConfig) -> dict: return {}       # PagedKVPool keywords: no state layers
+    def match(self, r: Request, alive): return None            # no prefix reuse
+    def verified(self, r: Request, kept: int, fed: int): return False   # no state to restore after a rejected draft
+    def idle_rows(self, r: Request) -> list: return []          # nothing to store beside an idle request's pages
+    def resume_rows(self, r: Request) -> list: return []
+    def admit(self, r: Request, cow: int = -1): pass
+    def release(self, r: Request): pass
+    def state_lists(self, rows) -> dict: return {}            # no Mamba lists in its steps
+    def check_states(self, live, tolerance: float, stats: dict): return None
+
+MODELS = {'llama': LlamaModel, 'hybrid': HybridModel}   # DemoConfig.model -> the class

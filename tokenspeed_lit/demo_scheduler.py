@@ -10,7 +10,7 @@ import torch
 from fastcore.basics import patch
 from .device import default_device, is_accel
 from .streams import synchronize, new_stream
-from .graphs import capture
+from .graphs import Captured, capture
 from .ranks import dist_all_reduce
 from .padding import pick_capture_size
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
@@ -91,12 +91,15 @@ class Scheduler:
         self.stats = dict(steps=0, graph_steps=0, dummy_steps=0, mixed_steps=0, prefill_steps=0, tokens=0,
                           finished=0, offloads=0, resumes=0, overrides=0, single_verify=0, accepted_drafts=0,
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
-                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, **{k: [] for k in PREP_KEYS})
+                          max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
+                          max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
+                          tokens_saved=0, states_restored=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
         self.bufs = InputBuffers(cfg.max_bs, cfg.max_num_tokens, cfg.page_size, self.pages.dummy_slot,
-                                 state_write_padding_pool_index=0, device=self.device)
+                                 state_write_padding_pool_index=0, device=self.device,   # page 0's state row: padding
+                                 has_mamba=bool(self.pages.pool.state_layers))
         self.states = RuntimeStates(self.pool_rows, cfg.vocab, output_length=L, device=self.device)
         self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
         self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
@@ -124,25 +127,33 @@ class Scheduler:
         self.step_no += 1
         if self.l3 is not None: self.l3.on_step()
         for r in [r for r in self.requests[:self.arrived] if r.state == 'idle' and r.idle_until <= self.step_no]:
-            self.host.resume(r, self.step_no)
+            rows = self.model.resume_rows(r)                  # a hybrid's state rows come back into fresh rows
+            if rows is not None and not self.host.resume(r, self.step_no, rows) and rows: self.model.release(r)
         for r in [r for r in self.live if r.state == 'decode']:
-            if self.rng.random() < self.cfg.p_idle: self.host.offload(r, self.step_no + self.rng.randint(*self.cfg.idle_steps))
+            if self.rng.random() < self.cfg.p_idle:
+                rows = self.model.idle_rows(r)                # ... and go to the host with its pages
+                if self.host.offload(r, self.step_no + self.rng.randint(*self.cfg.idle_steps), rows) and rows:
+                    self.model.release(r)
         self._admit()
         rows = self._step_rows()
         return rows, all(not p for _, _, p in rows)
-    def decode_graph(self, padded_bs: int):
-        "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
-        if padded_bs not in self.graphs:
-            n = padded_bs * self.cfg.verify_width
-            self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs)),
-                                             self.device)
-        return self.graphs[padded_bs]
+
+# %% ../nbs/34_demo_scheduler.ipynb #ce80h001
+@patch
+def decode_graph(self: Scheduler, padded_bs: int):
+    "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
+    if padded_bs not in self.graphs:
+        n = padded_bs * self.cfg.verify_width
+        fn = lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs))
+        self.graphs[padded_bs] = capture(fn, self.device) if self.model.capturable else Captured(fn)   # eager
+    return self.graphs[padded_bs]
 
 # %% ../nbs/34_demo_scheduler.ipynb #bdecaf13
 @patch
 def _admit(self: Scheduler):
     cfg = self.cfg
-    life = lambda r: math.ceil((r.prompt_len + r.output_len + cfg.verify_width) / cfg.page_size)   # its pages, at most
+    life = lambda r: (math.ceil((r.prompt_len + r.output_len + cfg.verify_width) / cfg.page_size)   # its pages, at most
+                      + self.model.extra_pages)
     owed = sum(max(0, life(r) - len(r.pages)) for r in self.requests[:self.arrived] if r.state != 'done')
     for _ in range(cfg.arrivals_per_step):
         if self.arrived < len(self.requests) and self.free_rows:
@@ -154,7 +165,13 @@ def _admit(self: Scheduler):
             r.prompt_ids = np.array(r.tokens[:r.prompt_len], dtype=np.int32)      # once per request, as an engine
             r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
-            self.pages.write_row(r)
+            hit = self.model.match(r, self.pages.alive)       # a hybrid model: a checked prefix to resume from
+            if hit is None: self.pages.write_row(r); self.model.admit(r)
+            else:                                             # its pages shared, its state copied on write
+                (b, pages, cow), r.cache_len = hit, hit[0]
+                self.pages.share(r, pages); self.states.valid_cache_lengths[r.pool_row] = b
+                self.model.admit(r, cow)
+                self.stats['prefix_hits'] += 1; self.stats['tokens_saved'] += b
             if self.l3 is not None: self.l3.on_admit(r)
 
 # %% ../nbs/34_demo_scheduler.ipynb #bf0de31a
@@ -207,9 +224,9 @@ def _stage(self: Scheduler, rows):
                    input_lengths=[n for _, n, _ in rows], input_ids=ids, shifted_input_ids=shifted,
                    extend_prefix_lens=[r.cache_len for r, _ in prefill],
                    prefill_lengths=[r.prompt_len for r, _ in prefill],
-                   decode_input_ids=overrides if decode else None)
+                   decode_input_ids=overrides if decode else None, **(mamba := self.model.state_lists(rows)))
     expect = dict(ids=[t for f in fed for t in f], fed=fed, pos=exp_pos, loc=exp_loc, single=exp_single,
-                  seq=[r.cache_len + n for r, n, _ in rows])
+                  seq=[r.cache_len + n for r, n, _ in rows], mamba=mamba)
     return op, corrupt, not_ready, expect
 
 # %% ../nbs/34_demo_scheduler.ipynb #8927a46e
@@ -301,11 +318,12 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
                         or fed[j + 1] != r.tokens[-1]): break
                 j += 1
             r.cache_len += j + 1; self.stats['accepted_drafts'] += j
+            self.stats['states_restored'] += self.model.verified(r, j + 1, n)   # a hybrid's: rejected drafts undone
         if len(r.tokens) - r.prompt_len >= r.output_len:
             ck.output(r)
             r.state, r.ref = 'done', None
             self.stats['finished'] += 1
-            self.pages.release(r); self.free_rows.append(r.pool_row)
+            self.model.release(r); self.pages.release(r); self.free_rows.append(r.pool_row)
             continue
         r.drafts = self._candidates(r)
         updated.append(r)
@@ -392,6 +410,13 @@ def report(stats: dict) -> str:
         f"continued on transformers' token",
         f"KV compared          {stats['kv_compared']} cached positions (every live request's, after every step), K "
         f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
+        *([f"states compared      {stats['states_compared']} (every live request's working conv and recurrent "
+           f"states after every step, and {stats['checkpoints_written']} checkpoints at page boundaries): max "
+           f"|difference| {stats['max_state_diff']:.1e}",
+           f"prefix reuse         {stats['prefix_hits']} hits, {stats['tokens_saved']} prefill tokens saved; "
+           f"{stats['checkpoints_written']} state checkpoints written, {stats['checkpoints_reused']} reused (copied on "
+           f"write); {stats['states_restored']} decode rows' states restored after a rejected draft"]
+          if stats.get('states_compared') else []),
         f"overrides            {stats['overrides']} ({stats['single_verify']} single-token verifies); "
         f"{stats['accepted_drafts']} draft tokens accepted",
         f"host tier            {stats['offloads']} offloads, {stats['resumes']} resumes, "
