@@ -173,7 +173,16 @@ def test_demo_hybrid_catches_state_faults(fault):
     r = demo('--model', 'hybrid', '--no-l3', '--requests', '12', '--fault', fault)
     assert r.returncode == 1, r.stdout + r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
-    assert ('logits of request' in v or 'working state of request' in v) and 'tolerance' in v, v
+    assert ('logits of request' in v or 'working state of request' in v or 'copies) of request' in v) and 'tolerance' in v, v
+
+
+def test_hybrid_prefix_hit_left_for_a_later_step_is_checked_by_its_checkpoint():
+    "A request admitted on a prefix hit that the step's token budget leaves for a later step has no working state yet: the check reads the checkpoint its first step copies (the first GPU-sized run, 512 tokens a step, compared the zeroed row instead and stopped)."
+    from tokenspeed_lit.demo import DemoConfig, serve
+    cfg = DemoConfig.for_device(model='hybrid', requests=16, max_num_tokens=48, chunk=48, system_pages=(2, 6),
+                                arrivals_per_step=8)
+    stats = serve(cfg, progress=False)
+    assert stats['prefix_hits'] > 0 and stats['checkpoints_reused'] == stats['prefix_hits'] and stats['finished'] == 16
 
 
 def test_shared_pages_are_freed_by_their_last_holder():

@@ -67,11 +67,11 @@ class StepTimer:
             bufs.fill_input_buffers(op, states, table, total, table_order='batch', captured=captured, replace=captured)
             st['prep_decode_repeat_us' if decode else 'prep_repeat_us'].append(1e6 * (clk() - t0))
 
-    def prep_staged(self, bufs, op: ForwardOp, states, table, batch: int, has_overrides: bool):
+    def prep_staged(self, bufs, op: ForwardOp, states, table, batch: int, has_overrides: bool, captured: bool = True):
         "The same decode step written straight into the capture slot instead (`decode_slot`, `StagingSlot.put`, `fill_staged_decode`), timed the same way."
         clk = time.perf_counter
         self.in_prep = True
-        t0 = clk(); sl = bufs.decode_slot(captured=True)
+        t0 = clk(); sl = bufs.decode_slot(captured=captured)     # (a model run eagerly: a ring slot, launched)
         sl.put(op.request_pool_indices, op.decode_input_ids if has_overrides else None)
         bufs.fill_staged_decode(sl, batch, states, table, table_order='batch', overrides=has_overrides)
         t1 = clk()
@@ -144,8 +144,10 @@ def decode_graph(self: Scheduler, padded_bs: int):
     "The decode graph of `padded_bs` rows: the step's copy and kernel, then the forward (captured over padding)."
     if padded_bs not in self.graphs:
         n = padded_bs * self.cfg.verify_width
-        fn = lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs))
-        self.graphs[padded_bs] = capture(fn, self.device) if self.model.capturable else Captured(fn)   # eager
+        if self.model.capturable:
+            self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs)), self.device)
+        else:         # run eagerly: its step was launched from a ring slot by fill_input_buffers, the capture slot unused
+            self.graphs[padded_bs] = Captured(lambda: self.model.forward(n, padded_bs))
     return self.graphs[padded_bs]
 
 # %% ../nbs/34_demo_scheduler.ipynb #bdecaf13
@@ -248,7 +250,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     "Stage, forward, check, then sample and verify. `padded_bs` set: replay the decode graph of that size."
     L, V, pg, ck, fl = self.cfg.verify_width, self.cfg.vocab, self.pages, self.checks, self.faults
     if not rows:      # data-parallel: this rank has nothing to run but must replay the agreed graph
-        self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L, captured=True)   # run by the graph's replay
+        self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L, captured=self.model.capturable)   # the graph's
         pg.batch_table.zero_()                             # every padded row reads the dummy page
         self.decode_graph(padded_bs).replay()
         synchronize(self.device)
@@ -264,8 +266,9 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     pg.batch_tables(rows)
     decode = all(not p for _, _, p in rows)
     if decode and padded_bs is not None and self.cfg.repeat_prep and self.stats['graph_steps'] % 2:
-        self.timer.prep_staged(self.bufs, op, self.states, pg.batch_table, len(rows), bool(corrupt))   # side by side
-    else: self.timer.prep(self.bufs, op, self.states, pg.batch_table, total, decode, captured=decode and padded_bs is not None)
+        self.timer.prep_staged(self.bufs, op, self.states, pg.batch_table, len(rows), bool(corrupt), self.model.capturable)
+    else: self.timer.prep(self.bufs, op, self.states, pg.batch_table, total, decode,
+                          captured=decode and padded_bs is not None and self.model.capturable)   # (else: launched now)
     fl.inject(rows, total)
     if padded_bs is not None:    # the graph runs the staged step, then the forward; the groups read the step's buffers
         self.decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1

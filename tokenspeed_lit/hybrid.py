@@ -373,7 +373,9 @@ def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str 
     def worst(row, ref, q):
         return max(max((c[row] - ref.conv[j, q]).abs().max().item(), (s[row] - ref.ssm[j, q]).abs().max().item())
                    for j, (c, s) in enumerate(self.pool.state_slabs))
-    checks = [(r, self.work[r.uid], r.cache_len, 'working state') for r in live if r.ref is not None]
+    checks = [(r, self.work[r.uid], r.cache_len, 'working state') if r.uid not in self.cow else   # not stepped yet:
+              (r, self.cow[r.uid], r.cache_len, 'working state to be (the checkpoint its first step copies)')               # its copy's source
+              for r in live if r.ref is not None]
     checks += [(r, t, b, 'checkpoint' if p else 'verify checkpoint') for r, b, t, p in self.marks if r.ref is not None]
     for r, row, q, what in checks:
         d = worst(row, r.ref, q)
