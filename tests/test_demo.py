@@ -129,6 +129,8 @@ def test_demo_catches_injected_faults(fault, ranks, words):
     (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
     (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
     (['--fault', 'rejected-draft', '--no-l3'], '--fault rejected-draft needs --model hybrid'),
+    (['--model', 'hybrid', '--no-l3', '--fault', 'l3-wrong-checkpoint'],
+     '--fault l3-wrong-checkpoint needs the L3 scenario, which this run skips: turned off (--no-l3)'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
     from tokenspeed_lit.demo import main, MAX_REQUESTS
@@ -175,6 +177,28 @@ def test_demo_hybrid_catches_state_faults(fault):
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     assert ('logits of request' in v or 'working state of request' in v or 'copies) of request' in v) and 'tolerance' in v, v
 
+
+
+@mooncake_missing
+def test_demo_hybrid_l3_scenario_resumes_from_loaded_checkpoints(tmp_path):
+    "`--model hybrid` with L3: instance 1 puts its prompt pages and, under keys of their own, the pages whose state row holds a checkpoint; instance 2 loads a shared prefix up to such a page and resumes from its state row, every check passed."
+    r = demo('--model', 'hybrid', '--requests', '12', '--report', str(tmp_path / 'report.json'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    l3 = json.load(open(tmp_path / 'report.json'))['l3']
+    assert l3['pages_hit'] > 0 and l3['pages_byte_checked'] == l3['pages_hit'] and l3['pages_failed'] == 0
+    assert l3['pages_put_with_checkpoint'] > 0 and 0 < l3['checkpoints_resumed'] == l3['requests_hit']
+    assert l3['loaded_kv_compared'] > 0 and l3['second_instance']['finished'] == 12 and l3['second_instance']['checks'] > 0
+    assert 'requests resumed from the checkpoint in their last loaded' in line(r, 'L3 hits (instance 2)')
+    assert "each output equal to generate's" in line(r, 'instance 2 ') and r.stdout.rstrip().splitlines()[-1].startswith('all checks passed')
+
+
+@mooncake_missing
+def test_demo_hybrid_l3_wrong_checkpoint_is_caught():
+    "--fault l3-wrong-checkpoint: instance 2 resumes a request loaded from L3 from the state row of the page before its checkpoint's; the state or logits check names the request."
+    r = demo('--model', 'hybrid', '--requests', '12', '--fault', 'l3-wrong-checkpoint')
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
 
 def test_hybrid_prefix_hit_left_for_a_later_step_is_checked_by_its_checkpoint():
     "A request admitted on a prefix hit that the step's token budget leaves for a later step has no working state yet: the check reads the checkpoint its first step copies (the first GPU-sized run, 512 tokens a step, compared the zeroed row instead and stopped)."

@@ -208,19 +208,20 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--model', default='llama', choices=sorted(MODELS),
                     help="the model the engine runs: 'llama' (a transformers Llama) or 'hybrid' (a transformers Qwen3.5, "
                          "Gated DeltaNet layers beside a full-attention layer, their states in the pool's state slabs; "
-                         "verify width at most 2, without the L3 scenario: --no-l3) (default: llama)")
+                         "verify width at most 2; in the L3 scenario its pages carry their checkpoints' state rows) (default: llama)")
     ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
     ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'wrong-checkpoint',
-                                                       'rejected-draft', 'l3-bad-page', 'l3-down'],
+                                                       'rejected-draft', 'l3-bad-page', 'l3-wrong-checkpoint', 'l3-down'],
                     help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
                          "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
                          "request's history at another page in the step's table, 'wrong-checkpoint' (--model hybrid) resumes "
                          "a request sharing a prefix from the checkpoint of the page before, 'rejected-draft' (--model hybrid) leaves "
                          "a rejected draft token's update in the state, 'l3-bad-page' changes a value of a page the second "
-                         "instance loaded from L3; or one serving must survive: "
+                         "instance loaded from L3, 'l3-wrong-checkpoint' (--model hybrid) resumes a request the second instance loaded from L3 "
+                         "from the state row of the page before its checkpoint's; or one serving must survive: "
                          "'l3-down' kills the Mooncake master in the middle of the second instance's run "
                          "(default: none)")
     ap.add_argument('--no-l3', action='store_true',
@@ -242,10 +243,9 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
     if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
-    if a.fault in ('wrong-checkpoint', 'rejected-draft') and a.model != 'hybrid':
+    if a.fault in ('wrong-checkpoint', 'rejected-draft', 'l3-wrong-checkpoint') and a.model != 'hybrid':
         ap.error(f'--fault {a.fault} needs --model hybrid')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
-        if not skip: ap.error('--model hybrid runs without the L3 scenario (its checkpoints are not stored to L3 yet): add --no-l3')
         if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
             ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
                      f'draft), got {a.verify_width}')

@@ -13,12 +13,12 @@ from .kv_pool import PagedKVPool
 from .host_mirror import flat_bytes_per_host_page
 from .l3_keys import L3Namespace
 from .l3 import L3Tier, LocalMooncake, MooncakeStore, MISS, mooncake_available
-from .demo_requests import DemoConfig, Request, DemoViolation, system_prompts
+from .demo_requests import DemoConfig, Request, DemoViolation, system_prompts, MODELS
 from .demo_scheduler import serve, summary, threads_per_rank
 
 # %% auto #0
-__all__ = ['L3_COUNTS', 'L3Plan', 'L3Instance', 'fileno', 'native_logs_to', 'host_page_bytes', 'l3_segment_bytes', 'run_l3',
-           'second_instance', 'instance_main', 'l3_report', 'l3_json']
+__all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
+           'host_page_bytes', 'l3_segment_bytes', 'run_l3', 'second_instance', 'instance_main', 'l3_report', 'l3_json']
 
 # %% ../nbs/35_demo_l3.ipynb #282eebfa
 @dataclass
@@ -29,6 +29,8 @@ class L3Plan:
     role: str                   # 'put': instance 1 stores its prompts' full pages; 'get': instance 2 loads them
     digests: dict = field(default_factory=dict)   # instance 1's puts: key -> sha256 of the page's bytes
     stored: list = field(default_factory=list)    # the keys whose put succeeded
+    checkpoints: list = field(default_factory=list)   # a hybrid model's: the keys of pages whose state row holds a
+                                                      # checkpoint at the page's end (a prefix may resume there)
     kill_pid: int = 0           # --fault l3-down: the master's pid, killed at the start of step kill_step
     kill_step: int = 0
     timeout_s: float = 1.0      # the tier's deadline per store request
@@ -36,7 +38,7 @@ class L3Plan:
 # %% ../nbs/35_demo_l3.ipynb #ca0a983b
 L3_COUNTS = ('l3_put_pages', 'l3_put_failed', 'l3_put_skipped', 'l3_lookups', 'l3_prompt_tokens', 'l3_hit_pages',
              'l3_hit_requests', 'l3_bytes', 'l3_tokens_saved', 'l3_failed_pages', 'l3_tokens_recomputed',
-             'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at')
+             'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at', 'l3_checkpoints')
 
 class L3Instance:
     "One engine instance's part in the L3 scenario, as `plan` says (`tier`: a tier to use instead of Mooncake's)."
@@ -47,6 +49,7 @@ class L3Instance:
     def bind(self, engine):
         "Bind an `L3Tier` to `engine`'s mirror, in the run's namespace (model, KV layout, tenant salt)."
         self.e, self.host = engine, engine.host
+        self.states = engine.model if hasattr(engine.model, 'prefixes') else None   # a hybrid model: its checkpoints
         self.ns = L3Namespace(engine.cfg.model_line(), self.host.mirror, salt=bytes.fromhex(self.plan.salt))
         if self.tier is None:
             self.tier = L3Tier(self.host.mirror, MooncakeStore(self.plan.master), self.ns,
@@ -84,49 +87,73 @@ class L3Instance:
         self.tier.close(); self.tier.store.close()
 
 # %% ../nbs/35_demo_l3.ipynb #63541ed0
+def checkpointed(model, r: Request, i: int) -> bool:
+    "Whether a hybrid `model` holds in the state row of `r`'s page `i` its checkpoint after that page (checked, or written this step: checked at its end)."
+    b = (i + 1) * model.pool.page_size
+    if getattr(model, 'prefixes', None) is None: return False          # a model without states
+    mine = tuple(r.pages[:i + 1]), r.pages[i]
+    return (model.prefixes.get(tuple(r.tokens[:b])) == mine or
+            any(q is r and p and (m, t) == (b, r.pages[i]) for q, m, t, p in model.marks))
+
+MARK = 2**32 - 1     # a token no vocabulary reaches: the page of them after a prefix names its checkpoint
+
+def checkpoint_key(ns: L3Namespace, key: str) -> str:
+    "The key of the page `key` names with its checkpoint's state row (that prefix, then a page of `MARK`)."
+    return ns.keys([MARK] * ns.page_size, after=key)[0]
+
 @patch
 def put(self: L3Instance, r: Request):
     "Instance 1, as `r`'s prefill completes: its full prompt pages not put before, device -> host mirror -> L3."
     e, keys, plan, host_tier = self.e, self.ns.keys(r.tokens[:r.prompt_len]), self.plan, self.host
-    new = [i for i, k in enumerate(keys) if k not in plan.digests]        # each key is put once, its bytes recorded
+    new = [(i, k) for i, k in enumerate(keys) if k not in plan.digests]   # each key is put once, its bytes recorded
+    ck = [(i, c) for i in range(len(keys) if self.states is not None else 0)   # a hybrid's pages carrying a checkpoint:
+          if checkpointed(e.model, r, i) and (c := checkpoint_key(self.ns, keys[i])) not in plan.digests]  # once more
+    new += ck; plan.checkpoints += [c for _, c in ck]; e.stats['l3_checkpoints'] += len(ck)
     if not new: return
     if len(new) > len(host_tier.free): self.reap(wait=True)               # host pages come back as puts return
     if len(new) > len(host_tier.free): e.stats['l3_put_skipped'] += len(new); return
     host = [host_tier.free.pop() for _ in new]
-    host_tier.mirror.store_pages([(r.pages[i], h) for i, h in zip(new, host)], e.stream)
+    host_tier.mirror.store_pages([(r.pages[i], h) for (i, _), h in zip(new, host)], e.stream)
     synchronize(e.device)
-    for i, h in zip(new, host): plan.digests[keys[i]] = hashlib.sha256(host_tier.mirror.host_pages[h].numpy()).hexdigest()
-    self.pending.append((self.tier.put(host, [keys[i] for i in new]), host))
+    for (_, k), h in zip(new, host): plan.digests[k] = hashlib.sha256(host_tier.mirror.host_pages[h].numpy()).hexdigest()
+    self.pending.append((self.tier.put(host, [k for _, k in new]), host))
 
 # %% ../nbs/35_demo_l3.ipynb #a06f9105
 @patch
 def load(self: L3Instance, r: Request):
     "Instance 2, admitting `r`: match its prompt's full pages in L3, load the hits store -> host -> its own pool."
     e, ps, tier, wait, ht = self.e, self.e.cfg.page_size, self.tier, 4 * self.plan.timeout_s + 5, self.host
+    if r.cache_len: return                             # a hybrid model's local prefix hit: it resumes there
     keys = self.ns.keys(r.tokens[:(r.prompt_len - 1) // ps * ps])     # the prompt's last token is always prefilled
     stored = next((i for i, k in enumerate(keys) if k not in self.stored), len(keys))   # instance 1 stored these
     t0 = time.perf_counter()
     m = tier.match(keys); m.wait(wait)
     hit = self.check_match(r, keys, m, stored)
-    k = min(hit, len(ht.free))
+    ck = lambda j: checkpoint_key(self.ns, keys[j - 1])      # a hybrid resumes at a page stored with its checkpoint
+    usable = (lambda n: n) if self.states is None else lambda n: next((j for j in range(n, 0, -1) if ck(j) in self.stored), 0)
+    k = usable(min(usable(hit), len(ht.free)))
     if k and not e.pages.ensure(r, k * ps): k = 0
     loaded = 0
     if k:
         host = [ht.free.pop() for _ in range(k)]
-        g = tier.get(keys[:k], host); g.wait(wait)
-        loaded = g.prefix
-        self.check_bytes(r, keys, host, loaded)
+        got = keys[:k] if self.states is None else keys[:k - 1] + [ck(k)]
+        g = tier.get(got, host); g.wait(wait)
+        self.check_bytes(r, got, host, g.prefix)
+        loaded = g.prefix if self.states is None or g.prefix == k else 0      # a hybrid: all, its checkpoint last
         if loaded:
             ht.mirror.load_pages(list(zip(r.pages[:loaded], host[:loaded])), e.stream)
             synchronize(e.device)
         self.pending.append((g, host))                 # its host pages come back once the store has returned
+    if loaded and self.states is not None:             # its first step copies the checkpoint in the last page's state row
+        self.states.cow[r.uid] = r.pages[loaded - 1 - (e.cfg.fault == 'l3-wrong-checkpoint' and loaded > 1)]
+        e.stats['l3_checkpoints'] += 1
     r.cache_len = r.l3_len = loaded * ps
     e.states.valid_cache_lengths[r.pool_row] = r.cache_len
-    failed = max(0, stored - hit) + (k - loaded)       # pages L3 held for it but did not deliver: recomputed
+    failed = max(0, usable(stored) - usable(hit)) + (k - loaded)   # pages L3 held for it but did not deliver: recomputed
     for key, v in (('l3_lookups', 1), ('l3_prompt_tokens', r.prompt_len), ('l3_hit_pages', loaded),
                    ('l3_hit_requests', int(loaded > 0)), ('l3_bytes', loaded * ht.mirror.bytes_per_host_page()),
                    ('l3_tokens_saved', loaded * ps), ('l3_failed_pages', failed), ('l3_tokens_recomputed', failed * ps),
-                   ('l3_short_pages', hit - k), ('l3_seconds', time.perf_counter() - t0)): e.stats[key] += v
+                   ('l3_short_pages', usable(hit) - k), ('l3_seconds', time.perf_counter() - t0)): e.stats[key] += v
 
 # %% ../nbs/35_demo_l3.ipynb #ec7056be
 @patch
@@ -174,7 +201,8 @@ def native_logs_to(path: str):
 def host_page_bytes(cfg: DemoConfig) -> int:
     "Bytes of one host page, one L3 object, at `cfg`'s KV layout (the mirror's flat page; a pool on the meta device)."
     return flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
-                                                head_dim=cfg.head_dim, dtype=torch.float32, device='meta'))
+                                                head_dim=cfg.head_dim, dtype=torch.float32, device='meta',
+                                                **MODELS[cfg.model].pool_layout(cfg)))   # a hybrid's state rows too
 
 def l3_segment_bytes(cfg: DemoConfig) -> int:
     "The store segment the scenario mounts: 1.5 x every full prompt page instance 1 may put; 32 MiB at least."
@@ -185,7 +213,7 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
     "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
     page = host_page_bytes(cfg)
     srv = LocalMooncake(segment_bytes=l3_segment_bytes(cfg))
-    info = dict(master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=page, systems=len(system_prompts(cfg)))
+    info = dict(model=cfg.model, master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=page, systems=len(system_prompts(cfg)))
     try:
         with native_logs_to(os.path.join(srv.log_dir, 'clients.log')):
             plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
@@ -252,10 +280,14 @@ def l3_report(put: dict, get: dict, info: dict) -> str:
         f"{', '.join(map(str, info['pids']))}), started for this run and stopped by pid; instance 1 here, instance 2 in "
         f"a second process; {info['systems']} shared system prompts",
         f"L3 put (instance 1)  {put['l3_put_pages']} pages ({mb(put['l3_put_pages'] * info['page_bytes'])}): the full "
-        f"prompt pages of each request as its prefill completed, each key once; {put['l3_put_failed']} failed",
+        f"prompt pages of each request as its prefill completed, each key once" +
+        (f" ({put['l3_checkpoints']} of them pages whose state row holds a checkpoint, under a key of their own)"
+         if info.get('model') == 'hybrid' else '') + f"; {put['l3_put_failed']} failed",
         f"L3 hits (instance 2) {get['l3_hit_pages']} pages matched and loaded store -> host -> device for "
         f"{get['l3_hit_requests']} of {get['l3_lookups']} requests, {mb(get['l3_bytes'])} moved from L3; "
-        f"{get['l3_tokens_saved']} prefill tokens saved (of {get['l3_prompt_tokens']} prompt tokens)",
+        f"{get['l3_tokens_saved']} prefill tokens saved (of {get['l3_prompt_tokens']} prompt tokens)" +
+        (f"; {get['l3_checkpoints']} requests resumed from the checkpoint in their last loaded page's state row"
+         if info.get('model') == 'hybrid' else ''),
         f"L3 failed gets       {failed} pages ({rec} prefill tokens recomputed){short}",
         f"L3 checks            {get['l3_pages_checked']} loaded pages byte-identical to what instance 1 put (sha256); "
         f"K and V at loaded positions compared with transformers {get['l3_kv_compared']} times (after every step)",
@@ -276,6 +308,7 @@ def l3_json(put: dict, get: dict, info: dict) -> dict:
                 requests=get['l3_lookups'], bytes_from_l3=get['l3_bytes'], prefill_tokens_saved=get['l3_tokens_saved'],
                 prompt_tokens=get['l3_prompt_tokens'], pages_failed=get['l3_failed_pages'],
                 prefill_tokens_recomputed=get['l3_tokens_recomputed'], pages_byte_checked=get['l3_pages_checked'],
-                loaded_kv_compared=get['l3_kv_compared'],
+                loaded_kv_compared=get['l3_kv_compared'], pages_put_with_checkpoint=put['l3_checkpoints'],
+                checkpoints_resumed=get['l3_checkpoints'],
                 second_instance={k: get[k] for k in ('steps', 'finished', 'checks', 'logits_compared', 'kv_compared',
                                                      'max_logit_diff', 'max_kv_diff')})
