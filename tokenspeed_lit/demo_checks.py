@@ -20,16 +20,17 @@ class Checks:
     def __init__(self, engine):
         self.e = engine
 
-    def reference(self, r: Request) -> Reference:
-        "transformers' tokens, logits, keys and values for `r`, with `generate` checked against the forward."
+    def references(self, rs: list):
+        "Each `r.ref` of `rs`: transformers' tokens, logits, keys and values, with `generate` checked against the forward."
         cfg = self.e.cfg
-        ref = self.e.model.reference(r.tokens, r.output_len + cfg.verify_width - 1)
-        greedy = ref.logits.argmax(-1).tolist()
-        for q in range(r.prompt_len - 1, len(ref.tokens) - 1):
-            if ref.gap[q] > 2 * cfg.tolerance and greedy[q] != ref.tokens[q + 1]:
-                raise DemoViolation(f'request {r.uid}: generate gives token {ref.tokens[q + 1]} at position {q + 1}, '
-                                    f'the forward over the whole sequence {greedy[q]} (top-2 gap {ref.gap[q]:.3g})')
-        return ref
+        refs = self.e.model.references([(r.tokens[:r.prompt_len], r.output_len + cfg.verify_width - 1) for r in rs])
+        for r, ref in zip(rs, refs, strict=True):
+            greedy = ref.logits.argmax(-1).tolist()
+            for q in range(r.prompt_len - 1, len(ref.tokens) - 1):
+                if ref.gap[q] > 2 * cfg.tolerance and greedy[q] != ref.tokens[q + 1]:
+                    raise DemoViolation(f'request {r.uid}: generate gives token {ref.tokens[q + 1]} at position {q + 1}, '
+                                        f'the forward over the whole sequence {greedy[q]} (top-2 gap {ref.gap[q]:.3g})')
+            r.ref = ref
 
     def logits(self, rows, expect) -> list:
         "Logits of every token whose prefix is the reference's, against transformers'; returns each row's greedy tokens."

@@ -149,9 +149,11 @@ class LlamaModel:
     @property
     def logits(self) -> torch.Tensor: return self.paged.logits
 
-    def reference(self, tokens: list, new_tokens: int) -> Reference:
-        "What transformers computes for a request: `generate` continues `tokens` by `new_tokens`, then one forward."
-        return run_reference(self.llm, tokens, new_tokens)
+    reference_batch = 1     # requests whose references one call computes (`references`)
+
+    def references(self, asks: list) -> list:
+        "What transformers computes for requests (`asks`: (tokens, new tokens) pairs): `generate`, then one forward each."
+        return [run_reference(self.llm, tokens, new_tokens) for tokens, new_tokens in asks]
 
     @staticmethod
     def describe(cfg: DemoConfig) -> str:

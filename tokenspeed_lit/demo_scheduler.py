@@ -163,7 +163,9 @@ def _admit(self: Scheduler):
             if self.pages.pool.num_free - owed < life(r): break    # every admitted request can always get its next page
             owed += life(r); self.arrived += 1
             r.pool_row, r.state = self.free_rows.pop(), 'prefill'
-            r.ref = self.checks.reference(r)
+            if r.ref is None:                                 # with the next ones, in one call (`reference_batch`)
+                ahead = self.requests[self.arrived - 1:self.arrived - 1 + self.model.reference_batch]
+                self.checks.references([q for q in ahead if q.ref is None])
             r.prompt_ids = np.array(r.tokens[:r.prompt_len], dtype=np.int32)      # once per request, as an engine
             r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request

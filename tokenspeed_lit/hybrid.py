@@ -15,7 +15,7 @@ from .input_buffers import InputBuffers
 
 # %% auto #0
 __all__ = ['TOLERANCE', 'qwen35_config', 'tiny_qwen35', 'linear_layers', 'state_shapes', 'HybridReference',
-           'run_hybrid_reference', 'PagedHybrid', 'StateRow', 'checkpoint_at', 'HybridModel']
+           'run_hybrid_references', 'run_hybrid_reference', 'PagedHybrid', 'StateRow', 'checkpoint_at', 'HybridModel']
 
 # %% ../nbs/29_hybrid.ipynb #b09fe3c0
 def qwen35_config(vocab: int = 256, layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
@@ -81,30 +81,57 @@ class HybridReference:
     ssm: torch.Tensor       # [linear layers, len + 1, v_heads, k_dim, v_dim]: recurrent state after q tokens
     gap: list               # [len]: the largest logit minus the second largest
 
+# %% ../nbs/29_hybrid.ipynb #7ff80b89
+def _generate_left_padded(model, prompts: list, new: list) -> list:
+    "`generate`'s greedy continuations of `prompts` (row `i` by `new[i]` tokens) in one call, the prompts left-padded."
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=model.device)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, device=model.device); mask[i, width - len(p):] = 1
+    out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max(new), pad_token_id=0).tolist()
+    return [row[width - len(p):width + n] for row, p, n in zip(out, prompts, new)]   # greedy: n tokens are n tokens' own
+
+def _states_after_every_token(model, x: torch.Tensor):
+    "The reference's own decode path over `x` [rows, len], one token at a time: conv and recurrent states after each."
+    from transformers import DynamicCache
+    lin, shapes = linear_layers(model), state_shapes(model)
+    conv = torch.zeros(len(lin), x.shape[0], x.shape[1] + 1, *shapes['conv_shape'], device=x.device)
+    ssm = torch.zeros(len(lin), x.shape[0], x.shape[1] + 1, *shapes['ssm_shape'], device=x.device)
+    step = DynamicCache(config=model.config)
+    for q in range(x.shape[1]):
+        model(x[:, q:q + 1], past_key_values=step, use_cache=True)
+        for j, l in enumerate(lin):
+            conv[j, :, q + 1], ssm[j, :, q + 1] = step.layers[l].conv_states[0], step.layers[l].recurrent_states[0]
+    return conv, ssm
+
 # %% ../nbs/29_hybrid.ipynb #f0050d0c
 @torch.no_grad()
+def run_hybrid_references(model, prompts: list, new_tokens) -> list:
+    "`run_hybrid_reference` for several prompts at once (`new_tokens`: one int, or one per prompt), in batches of rows."
+    prompts = [[check_int('prompt token', t, 0, model.config.vocab_size - 1) for t in p] for p in prompts]
+    if not prompts or not all(prompts): raise ValueError('prompts must be a non-empty list of non-empty token lists')
+    new = [new_tokens] * len(prompts) if isinstance(new_tokens, int) else list(new_tokens)
+    if len(new) != len(prompts): raise ValueError(f'new_tokens has {len(new)} counts for {len(prompts)} prompts')
+    new = [check_int('new_tokens', n, lo=1) for n in new]
+    seqs, dev = _generate_left_padded(model, prompts, new), model.device
+    x = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long, device=dev)   # right-padded: a row's
+    for i, s in enumerate(seqs): x[i, :len(s)] = torch.tensor(s, device=dev)      # positions never see its pads
+    logits = model(x, use_cache=False).logits
+    full = [i for i, t in enumerate(model.config.layer_types) if t == 'full_attention']
+    cache = model(x, use_cache=True).past_key_values
+    kv = lambda t: torch.stack([getattr(cache.layers[l], t).transpose(1, 2) for l in full], 1)   # [rows, layers, len, ..]
+    conv, ssm = _states_after_every_token(model, x)
+    out = []
+    for i, s in enumerate(seqs):
+        n, top = len(s), logits[i, :len(s)].topk(2, dim=-1).values
+        out.append(HybridReference(s, logits[i, :n].clone(), kv('keys')[i, :, :n].clone(), kv('values')[i, :, :n].clone(),
+                                   conv[:, i, :n + 1].clone(), ssm[:, i, :n + 1].clone(), (top[:, 0] - top[:, 1]).tolist()))
+    return out
+
 def run_hybrid_reference(model, prompt, new_tokens: int) -> HybridReference:
     "`generate`'s greedy continuation, one forward's logits, K and V, and the states transformers' cache holds after each token."
-    from transformers import DynamicCache
-    prompt = [check_int('prompt token', t, 0, model.config.vocab_size - 1) for t in prompt]
-    if not prompt: raise ValueError('prompt must hold at least one token')
-    ids = torch.tensor([prompt], device=model.device)
-    seq = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                         max_new_tokens=check_int('new_tokens', new_tokens, lo=1))
-    logits = model(seq, use_cache=False).logits[0]
-    full = [i for i, t in enumerate(model.config.layer_types) if t == 'full_attention']
-    cache = model(seq, use_cache=True).past_key_values
-    kv = lambda t: torch.stack([getattr(cache.layers[l], t)[0].transpose(0, 1) for l in full])
-    lin, shapes = linear_layers(model), state_shapes(model)
-    conv = torch.zeros(len(lin), seq.shape[1] + 1, *shapes['conv_shape'], device=model.device)
-    ssm = torch.zeros(len(lin), seq.shape[1] + 1, *shapes['ssm_shape'], device=model.device)
-    step = DynamicCache(config=model.config)               # the reference's own decode path, one token at a time
-    for q in range(seq.shape[1]):
-        model(seq[:, q:q + 1], past_key_values=step, use_cache=True)
-        for j, l in enumerate(lin):
-            conv[j, q + 1], ssm[j, q + 1] = step.layers[l].conv_states[0][0], step.layers[l].recurrent_states[0][0]
-    top = logits.topk(2, dim=-1).values
-    return HybridReference(seq[0].tolist(), logits, kv('keys'), kv('values'), conv, ssm, (top[:, 0] - top[:, 1]).tolist())
+    return run_hybrid_references(model, [prompt], [new_tokens])[0]
 
 # %% ../nbs/29_hybrid.ipynb #988384ca
 def _check_hybrid_binding(model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str):
@@ -286,6 +313,7 @@ class HybridModel:
                     repeat_prep=False)   # the demo's config for it (`DemoConfig.for_device`)
     MAX_VERIFY_WIDTH = 2    # one verify checkpoint per decode row: after its first token (below)
     capturable = False      # it reads its rows' state indices on the host: its decode "graph" runs eagerly
+    reference_batch = 32    # requests whose references one batched call computes (a GPU's launches paid once)
     extra_pages = 2         # page ids per request beside its KV pages: the rows of its working and verify states
 
     def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device):
@@ -320,9 +348,9 @@ class HybridModel:
     @property
     def logits(self) -> torch.Tensor: return self.paged.logits
 
-    def reference(self, tokens: list, new_tokens: int) -> HybridReference:
-        "What transformers computes for a request: tokens, logits, K and V, and its states after every prefix."
-        return run_hybrid_reference(self.llm, tokens, new_tokens)
+    def references(self, asks: list) -> list:
+        "What transformers computes for requests (`asks`: (tokens, new tokens) pairs): tokens, logits, K, V, states."
+        return run_hybrid_references(self.llm, [t for t, _ in asks], [n for _, n in asks])
 
     @staticmethod
     def describe(cfg) -> str:
