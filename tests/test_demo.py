@@ -184,7 +184,13 @@ def test_demo_hybrid_l3_scenario_resumes_from_loaded_checkpoints(tmp_path):
     "`--model hybrid` with L3: instance 1 puts its prompt pages and, under keys of their own, the pages whose state row holds a checkpoint; instance 2 loads a shared prefix up to such a page and resumes from its state row, every check passed."
     r = demo('--model', 'hybrid', '--requests', '12', '--report', str(tmp_path / 'report.json'))
     assert r.returncode == 0, r.stdout + r.stderr
-    l3 = json.load(open(tmp_path / 'report.json'))['l3']
+    rep = json.load(open(tmp_path / 'report.json'))
+    record = ('gpu', 'torch', 'triton', 'transformers', 'passed', 'requests', 'steps', 'tokens_compared', 'max_logit_diff',
+              'max_state_diff', 'prefix_hits', 'tokens_saved', 'checkpoints_written', 'checkpoints_reused', 'elapsed_s')
+    assert set(record) <= set(rep) and rep['passed'] and rep['requests'] == 12 and rep['steps'] > 0    # the run record
+    assert rep['tokens_compared'] > 0 and 0 <= rep['max_state_diff'] <= 1e-4 and 0 <= rep['max_logit_diff'] <= 1e-4
+    assert rep['checkpoints_written'] >= rep['checkpoints_reused'] == rep['prefix_hits'] > 0 and rep['tokens_saved'] > 0
+    l3 = rep['l3']
     assert l3['pages_hit'] > 0 and l3['pages_byte_checked'] == l3['pages_hit'] and l3['pages_failed'] == 0
     assert l3['pages_put_with_checkpoint'] > 0 and 0 < l3['checkpoints_resumed'] == l3['requests_hit']
     assert l3['loaded_kv_compared'] > 0 and l3['second_instance']['finished'] == 12 and l3['second_instance']['checks'] > 0

@@ -170,6 +170,9 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
     return dict(gpu=torch.cuda.get_device_name(dev) if is_accel(dev) else None, torch=torch.__version__,
                 triton=triton.__version__, transformers=version('transformers'), machine=machine_line(),
                 passed=failure is None, failure=failure, elapsed_s=round(elapsed_s, 2),
+                requests=s.get('finished'), steps=s.get('steps'), tokens_compared=s.get('logits_compared'),
+                **{k: s.get(k) for k in ('max_logit_diff', 'max_kv_diff', 'max_state_diff', 'prefix_hits',
+                                         'tokens_saved', 'checkpoints_written', 'checkpoints_reused')},
                 config=dict(model=cfg.model, ranks=ranks, requests=cfg.requests, verify_width=cfg.verify_width,
                             page_size=cfg.page_size, seed=cfg.seed, fault=cfg.fault),
                 prep_us=dict(decode_median=us('prep_decode_us'), mixed_median=us('prep_us'),
@@ -183,14 +186,9 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                                             fill_input_buffers_us=us('prep_parts_mixed_us'),
                                             **{f'{p}_us': us(f'prep_mixed_part_{p}_us') for p in MIXED_PARTS}),
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
-                steps={k: s.get(k) for k in ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps',
-                                             'tokens', 'finished')},
-                checks=s.get('checks'), l3=l3, compared=dict(logits=s.get('logits_compared'), max_logit_diff=s.get('max_logit_diff'),
-                                                         max_kv_diff=s.get('max_kv_diff')),
-                states=dict(compared=s.get('states_compared'), checkpoints_written=s.get('checkpoints_written'),
-                            max_state_diff=s.get('max_state_diff'), checkpoints_reused=s.get('checkpoints_reused'),
-                            prefix_hits=s.get('prefix_hits'), tokens_saved=s.get('tokens_saved'),
-                            restored_after_rejected_draft=s.get('states_restored')))
+                step_kinds={k: s.get(k) for k in ('graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps')},
+                tokens=s.get('tokens'), checks=s.get('checks'), kv_compared=s.get('kv_compared'),
+                states_compared=s.get('states_compared'), states_restored=s.get('states_restored'), l3=l3)
 
 # %% ../nbs/36_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:

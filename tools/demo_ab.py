@@ -25,6 +25,12 @@ def export_revision(rev: str, dest: Path) -> Path:
     return dest
 
 
+def _steps(rep: dict):
+    "A report's step count: top-level now, `steps['steps']` in reports written before the run record moved up."
+    s = rep.get('steps')
+    return s.get('steps') if isinstance(s, dict) else s
+
+
 def run_demo(pythonpath: Path, args: list, report: Path, env: dict) -> tuple[dict, float]:
     "One demo run with `pythonpath` first on the path; its JSON report and the wall time."
     e = {**env, 'PYTHONPATH': os.pathsep.join(p for p in (str(pythonpath), env.get('PYTHONPATH')) if p),
@@ -49,7 +55,7 @@ def ab(base: str, pairs: int, demo_args: list, env: dict, base_dir: str | None =
                 rep, wall = run_demo(path, demo_args, Path(keep or d) / f'{side}{i}.json', env)
                 us = rep.get('prep_us') or {}
                 runs.append(dict(pair=i, side=side, passed=rep.get('passed', False), failure=rep.get('failure'),
-                                 wall_s=round(wall, 1), steps=(rep.get('steps') or {}).get('steps'),
+                                 wall_s=round(wall, 1), steps=_steps(rep),
                                  decode_steps=((rep.get('parts') or {}).get('decode') or {}).get('steps'),
                                  **{k: us.get(k) for k in KEYS}))
                 print(f"pair {i} {side:4s}: " + ', '.join(f"{k} {runs[-1][k]}" for k in KEYS) +
