@@ -168,6 +168,7 @@ def test_demo_hybrid_model_passes_every_check():
     assert int(states[2]) > 0 and float(states[states.index('|difference|') + 1]) <= tol
     assert int(line(r, 'states compared').split(' checkpoints')[0].split()[-1]) > 0      # checkpoints written and compared
     assert int(line(r, 'steps').split('(')[1].split()[0]) > 0                      # padded decode steps ran
+    assert int(line(r, 'states compared').split('written by each of ')[1].split()[0]) > 0   # with padded rows
     assert f"{HYBRID_N}, each output equal to generate's" in line(r, 'requests finished')
     w = line(r, 'prefix reuse').split()                                       # a shared system prompt resumed
     hits, saved, reused = int(w[2]), int(w[4]), int(w[w.index('reused') - 1])
@@ -212,6 +213,20 @@ def test_demo_hybrid_l3_wrong_checkpoint_is_caught():
     assert r.returncode == 1, r.stdout + r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
+
+def test_hybrid_padded_rows_must_write_the_padding_row():
+    "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."
+    from tokenspeed_lit.hybrid import HybridModel
+    m = HybridModel.__new__(HybridModel)                # no weights needed: the rule reads which rows changed
+    stats = dict(states_compared=0, checkpoints_written=0, checkpoints_reused=0, max_state_diff=0.0)
+    m.padding, m.step_rows, m.marks, m.cow, m.work, m.cows, m.prefixes = 0, [5, 6], [], {}, {}, 0, {}
+    m.padded, m.changed = 2, [5, 6]
+    assert '2 padded rows ran and the padding row (0) did not change' in m.check_states([], 1e-4, stats)
+    m.step_rows, m.changed = [5, 6], [0, 5, 6]
+    assert m.check_states([], 1e-4, stats) is None and stats['padded_steps'] == 1
+    m.step_rows, m.padded, m.changed = [5, 6], 0, [5, 6]
+    assert m.check_states([], 1e-4, stats) is None and stats['padded_steps'] == 1
+
 
 def test_hybrid_prefix_hit_left_for_a_later_step_is_checked_by_its_checkpoint():
     "A request admitted on a prefix hit that the step's token budget leaves for a later step has no working state yet: the check reads the checkpoint its first step copies (the first GPU-sized run, 512 tokens a step, compared the zeroed row instead and stopped)."

@@ -188,7 +188,8 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
                 step_kinds={k: s.get(k) for k in ('graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps')},
                 tokens=s.get('tokens'), checks=s.get('checks'), kv_compared=s.get('kv_compared'),
-                states_compared=s.get('states_compared'), states_restored=s.get('states_restored'), l3=l3)
+                states_compared=s.get('states_compared'), states_restored=s.get('states_restored'),
+                padded_steps=s.get('padded_steps'), l3=l3)
 
 # %% ../nbs/36_demo.ipynb #7884e8ba
 def parser() -> argparse.ArgumentParser:

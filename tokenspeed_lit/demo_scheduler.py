@@ -416,7 +416,8 @@ def report(stats: dict) -> str:
         f"KV compared          {stats['kv_compared']} cached positions (every live request's, after every step), K "
         f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
         *([f"states compared      {stats['states_compared']} (every live request's working conv and recurrent "
-           f"states after every step, and {stats['checkpoints_written']} checkpoints at page boundaries): max "
+           f"states after every step, {stats['checkpoints_written']} checkpoints at page boundaries, and the padding "
+           f"row written by each of {stats.get('padded_steps', 0)} steps with padded rows): max "
            f"|difference| {stats['max_state_diff']:.1e}",
            f"prefix reuse         {stats['prefix_hits']} hits, {stats['tokens_saved']} prefill tokens saved; "
            f"{stats['checkpoints_written']} state checkpoints written, {stats['checkpoints_reused']} reused (copied on "

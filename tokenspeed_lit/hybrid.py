@@ -320,7 +320,7 @@ class HybridModel:
         self.llm = tiny_qwen35(seed=cfg.model_seed, device=device, **self.shape(cfg, max_positions))
         self.paged = PagedHybrid(self.llm, pool, bufs, batch_table)     # reads the batch-ordered table
         self.pool, self.padding, self.fault = pool, bufs.state_write_padding_pool_index, cfg.fault
-        self.work, self.verify, self.step_rows, self.marks, self.changed = {}, {}, [], [], []
+        self.work, self.verify, self.step_rows, self.marks, self.changed, self.padded = {}, {}, [], [], [], 0
         self.cow, self.cows = {}, 0      # request -> checkpoint row its first step copies; copies staged this step
         self.prefixes = {}               # tokens of a prefix ending on a page boundary -> (its pages, its checkpoint row)
 
@@ -338,6 +338,9 @@ class HybridModel:
     @torch.no_grad()
     def forward(self, total_tokens: int, batch: int):
         "The forward over the step's staged tokens; the state rows it changed are kept for `check_states`."
+        self.padded = batch - len(self.step_rows)          # rows of a padded batch size: they write the padding row,
+        if self.padded:                                    # zeroed first so that their write shows (a row fed the
+            for c, s in self.pool.state_slabs: c[self.padding], s[self.padding] = 0, 0   # pad token for long stops changing)
         before = [(c.clone(), s.clone()) for c, s in self.pool.state_slabs]
         out = self.paged.forward(total_tokens, batch)
         moved = sum(((c != c0).flatten(1).any(1) | (s != s0).flatten(1).any(1)).long()
@@ -398,6 +401,9 @@ def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str 
     if stray:
         return (f'state row {stray[0]} changed, and it is neither the padding row ({self.padding}) nor a working or '
                 f'checkpoint row of this step')
+    if self.padded and self.padding not in self.changed:
+        return f'{self.padded} padded rows ran and the padding row ({self.padding}) did not change: where did they write?'
+    stats['padded_steps'] = stats.get('padded_steps', 0) + bool(self.padded)
     def worst(row, ref, q):
         return max(max((c[row] - ref.conv[j, q]).abs().max().item(), (s[row] - ref.ssm[j, q]).abs().max().item())
                    for j, (c, s) in enumerate(self.pool.state_slabs))
