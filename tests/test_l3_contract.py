@@ -274,6 +274,24 @@ def test_config_sizes_as_the_engine_writes_them(shared_mooncake, monkeypatch):
     assert [size_bytes('x', v) for v in ('2gb', '16mb', '0', 5)] == [2 << 30, 16 << 20, 0, 5]
 
 
+@pytest.mark.parametrize('kind, msg', [('fifo', 'is not a regular file'), ('dir', 'is not a regular file'),
+                                       ('missing', 'No such file'), ('not json', 'is not JSON'),
+                                       ('binary', 'is not JSON'), ('a list', 'holds a list')])
+def test_config_path_that_is_not_a_json_file_is_refused_at_once(tmp_path, kind, msg):
+    "A config path names a regular file holding a JSON object; anything else is refused naming the path, at once (a FIFO's read waited for a writer)."
+    p = tmp_path / 'cfg'
+    if kind == 'fifo': os.mkfifo(p)
+    elif kind == 'dir': p.mkdir()
+    elif kind == 'not json': p.write_text('{"master_server_address": ')
+    elif kind == 'binary': p.write_bytes(b'\xff\xfe\x00')
+    elif kind == 'a list': p.write_text('["127.0.0.1:1"]')
+    t0 = time.monotonic()
+    for arg in (str(p), p):                                    # a str or a Path
+        with pytest.raises(ValueError, match=msg) as e: MooncakeStore.from_config(arg)
+        assert str(p) in str(e.value)
+    assert time.monotonic() - t0 < 1
+
+
 def _masters():
     "Process ids of every mooncake_master running now."
     out = []

@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_l3_store.ipynb #66ab2448
 from __future__ import annotations
-import contextlib, json, os, re, socket, threading
+import contextlib, json, os, re, socket, stat, threading
 from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
@@ -183,11 +183,23 @@ class MooncakeStore:
         with self._calls('batch_get_into') as client: return list(client.batch_get_into(keys, ptrs, list(sizes)))
 
 # %% ../nbs/24_l3_store.ipynb #91bc8516
+def _read_config(path) -> dict:
+    "The JSON object in the regular file `path`; anything else refused, naming it (a FIFO's reader would wait for a writer)."
+    try: fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))     # opening a FIFO this way never blocks
+    except OSError as e: raise ValueError(f'config {os.fspath(path)!r}: {e.strerror}') from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise ValueError(f'config {os.fspath(path)!r} is not a regular file')
+        with open(fd, 'rb', closefd=False) as f: data = f.read()
+    finally: os.close(fd)
+    try: config = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e: raise ValueError(f'config {os.fspath(path)!r} is not JSON: {e}') from None
+    if not isinstance(config, dict): raise ValueError(f'config {os.fspath(path)!r} holds a {type(config).__name__}, not an object')
+    return config
+
 @patch(cls_method=True)
 def from_config(cls: MooncakeStore, config: dict | str | None = None, **overrides) -> MooncakeStore:
     "A store from a dict, a JSON file path, or (None) the environment's MOONCAKE_* variables."
-    if isinstance(config, str):
-        with open(config) as f: config = json.load(f)
+    if isinstance(config, (str, os.PathLike)): config = _read_config(config)
     if config is not None and not isinstance(config, dict): raise InputTypeError(f'config must be a dict, a path or None, got {type(config).__name__}')
     env = os.environ if config is None else {}
     config = dict(config or {})
