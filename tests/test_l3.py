@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from tokenspeed_lit.kv_pool import PagedKVPool
 from tokenspeed_lit.host_mirror import FlatHostMirror
 from tokenspeed_lit.l3_keys import L3Namespace
+from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit import l3
 from tokenspeed_lit.l3 import L3Tier, MooncakeStore, OK, MISS, TIMEOUT, REFUSED, DOWN, SKIPPED
 from l3_servers import mooncake, shared_mooncake, mooncake_missing  # noqa: F401  (fixtures)
@@ -29,7 +30,7 @@ def engine(layout='hybrid', seed=0, host_pages=24, page_size=4, salt=b'tenant', 
     for dt, _ in mirror.tensor_pairs:
         b = dt.view(torch.uint8)
         b.copy_(torch.randint(0, 256, b.shape, generator=g, dtype=torch.uint8))
-    mirror.store_pages([(p, p) for p in range(host_pages)])
+    mirror.store_pages([(p, p) for p in range(host_pages)]); synchronize()   # queued on the mirror's streams
     return pool, mirror, L3Namespace(model, mirror, salt=salt, **ns_kw)
 
 
@@ -363,6 +364,7 @@ from tokenspeed_lit.l3_keys import L3Namespace
 assert not l3.mooncake_available()
 pool = PagedKVPool(num_pages=4, page_size=2, num_layers=2, num_kv_heads=1, head_dim=4)
 pool.k_buffer[0].fill_(3); m = FlatHostMirror(pool, 4); m.store_pages([(1, 2)])
+from tokenspeed_lit.streams import synchronize; synchronize()     # the store is queued: the host reads next
 assert (m.tensor_pairs[0][1][2] == 3).all()
 assert len(L3Namespace('m', m, salt=b's').keys(list(range(8)))) == 4
 try: l3.MooncakeStore('127.0.0.1:1'); raise SystemExit('no error')
