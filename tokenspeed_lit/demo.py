@@ -38,7 +38,7 @@ def machine_line(device=None) -> str:
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
           'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
-          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored')
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored', 'padded_steps')
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):

@@ -93,7 +93,7 @@ class Scheduler:
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
                           max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
                           max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
-                          tokens_saved=0, states_restored=0, **{k: [] for k in PREP_KEYS})
+                          tokens_saved=0, states_restored=0, padded_steps=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
@@ -417,7 +417,7 @@ def report(stats: dict) -> str:
         f"and V of every layer: max |difference| {stats['max_kv_diff']:.1e}",
         *([f"states compared      {stats['states_compared']} (every live request's working conv and recurrent "
            f"states after every step, {stats['checkpoints_written']} checkpoints at page boundaries, and the padding "
-           f"row written by each of {stats.get('padded_steps', 0)} steps with padded rows): max "
+           f"row written by each of {stats['padded_steps']} steps with padded rows): max "
            f"|difference| {stats['max_state_diff']:.1e}",
            f"prefix reuse         {stats['prefix_hits']} hits, {stats['tokens_saved']} prefill tokens saved; "
            f"{stats['checkpoints_written']} state checkpoints written, {stats['checkpoints_reused']} reused (copied on "

@@ -108,7 +108,7 @@ def _states_after_every_token(model, x: torch.Tensor):
 # %% ../nbs/29_hybrid.ipynb #f0050d0c
 @torch.no_grad()
 def run_hybrid_references(model, prompts: list, new_tokens) -> list:
-    "`run_hybrid_reference` for several prompts at once (`new_tokens`: one int, or one per prompt), in batches of rows."
+    "`run_hybrid_reference` for several prompts at once, as the rows of one batch (`new_tokens`: one int, or one per prompt)."
     prompts = [[check_int('prompt token', t, 0, model.config.vocab_size - 1) for t in p] for p in prompts]
     if not prompts or not all(prompts): raise ValueError('prompts must be a non-empty list of non-empty token lists')
     new = [new_tokens] * len(prompts) if isinstance(new_tokens, int) else list(new_tokens)
@@ -120,12 +120,13 @@ def run_hybrid_references(model, prompts: list, new_tokens) -> list:
     logits = model(x, use_cache=False).logits
     full = [i for i, t in enumerate(model.config.layer_types) if t == 'full_attention']
     cache = model(x, use_cache=True).past_key_values
-    kv = lambda t: torch.stack([getattr(cache.layers[l], t).transpose(1, 2) for l in full], 1)   # [rows, layers, len, ..]
+    keys, values = (torch.stack([getattr(cache.layers[l], t).transpose(1, 2) for l in full], 1)   # [rows, layers,
+                    for t in ('keys', 'values'))                                                # len, kv_heads, dim]
     conv, ssm = _states_after_every_token(model, x)
     out = []
     for i, s in enumerate(seqs):
-        n, top = len(s), logits[i, :len(s)].topk(2, dim=-1).values
-        out.append(HybridReference(s, logits[i, :n].clone(), kv('keys')[i, :, :n].clone(), kv('values')[i, :, :n].clone(),
+        n = len(s); top = logits[i, :n].topk(2, dim=-1).values
+        out.append(HybridReference(s, logits[i, :n].clone(), keys[i, :, :n].clone(), values[i, :, :n].clone(),
                                    conv[:, i, :n + 1].clone(), ssm[:, i, :n + 1].clone(), (top[:, 0] - top[:, 1]).tolist()))
     return out
 
@@ -403,7 +404,7 @@ def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str 
                 f'checkpoint row of this step')
     if self.padded and self.padding not in self.changed:
         return f'{self.padded} padded rows ran and the padding row ({self.padding}) did not change: where did they write?'
-    stats['padded_steps'] = stats.get('padded_steps', 0) + bool(self.padded)
+    stats['padded_steps'] += bool(self.padded)
     def worst(row, ref, q):
         return max(max((c[row] - ref.conv[j, q]).abs().max().item(), (s[row] - ref.ssm[j, q]).abs().max().item())
                    for j, (c, s) in enumerate(self.pool.state_slabs))
