@@ -16,7 +16,7 @@ from tokenspeed_lit.positions import compute_out_cache_loc
 from tokenspeed_lit.fused_decode import fused_decode_input_prep
 
 # %% auto #0
-__all__ = ['engine_compute_positions', 'EngineInputBuffers']
+__all__ = ['engine_compute_positions', 'EngineInputBuffers', 'differing_buffers']
 
 # %% 01_baselines.ipynb #9e182dbe
 @triton.jit
@@ -40,13 +40,18 @@ def engine_compute_positions(extend_prefix_lens, extend_seq_lens, total_tokens, 
     return out[:total_tokens], start
 
 # %% 01_baselines.ipynb #f63325b1
+_MAMBA_FIELDS = ('mamba_pool_indices', 'mamba_cow_src_indices', 'mamba_branching_seqlens', 'mamba_track_pool_indices')
+
 class EngineInputBuffers:
-    "The engine's `InputBuffers.fill_input_buffers`, re-implemented from its behaviour as the host-time baseline."
-    def __init__(self, max_bs, max_num_tokens, page_size, dummy_kv_slot, state_write_padding_pool_index, device=None):
-        self.b = PaddedBuffers(max_bs, max_num_tokens, dummy_kv_slot, state_write_padding_pool_index, device)
-        self.page_size, self.device = page_size, as_device(device)
+    "The engine's `InputBuffers.fill_input_buffers`, re-implemented from its behaviour as the host-time baseline (`has_mamba`: with a hybrid model's four Mamba index buffers)."
+    def __init__(self, max_bs, max_num_tokens, page_size, dummy_kv_slot, state_write_padding_pool_index, device=None,
+                 has_mamba=False):
+        self.b = PaddedBuffers(max_bs, max_num_tokens, dummy_kv_slot, state_write_padding_pool_index, device, has_mamba)
+        self.page_size, self.device, self.has_mamba = page_size, as_device(device), bool(has_mamba)
         pin = dict(dtype=torch.int32, pin_memory=HAS_ACCEL)
         self.extend_prefix_lens_cpu, self.extend_seq_lens_cpu = torch.zeros(max_bs, **pin), torch.zeros(max_bs, **pin)
+        self.mamba_cpu = [torch.full((max_bs,), -1, **pin) for _ in _MAMBA_FIELDS] if has_mamba else []
+        self.mamba_bufs = [getattr(self.b, f + '_buf') for f in _MAMBA_FIELDS] if has_mamba else []
 
     def _pinned(self, values, dtype=torch.int64):
         return torch.tensor(list(values), dtype=dtype, pin_memory=HAS_ACCEL)
@@ -63,6 +68,17 @@ def _overrides(self: EngineInputBuffers, rs, pools, ids_list, row0):
     if fim.shape[1] > 1: fim[pools, 1:] = torch.where(force.unsqueeze(1), ids.expand(-1, fim.shape[1] - 1), fim[pools, 1:])
     self.b.force_single_token_verify_buf[row0:row0 + len(ids_list)] = force
     rs.remote_spec_candidate_ready[pools] = False
+
+# %% 01_baselines.ipynb #54c2bb8f
+@patch
+def _fill_mamba(self: EngineInputBuffers, fo, B: int):
+    "The engine's Mamba lists of a step, when it carries them: into the pinned host tensors, four copies to the device, four tails to -1."
+    lists = [getattr(fo, f, None) for f in _MAMBA_FIELDS]
+    if not self.has_mamba or lists[0] is None or not len(lists[0]): return
+    for host, m in zip(self.mamba_cpu, lists): host[:B].copy_(torch.as_tensor(m, dtype=torch.int32))
+    for buf, host in zip(self.mamba_bufs, self.mamba_cpu): buf[:B].copy_(host[:B], non_blocking=True)
+    if B < self.b.max_bs:
+        for buf in self.mamba_bufs: buf[B:].fill_(-1)
 
 # %% 01_baselines.ipynb #1835ceb6
 @patch
@@ -114,4 +130,16 @@ def fill_input_buffers(self: EngineInputBuffers, fo, rs, req_to_page, total_toke
         b.req_pool_indices_buf[B:].fill_(0)
         b.state_write_req_pool_indices_buf[B:].fill_(b.state_write_padding_pool_index)
         b.seq_lens_buf[B:].fill_(1)
+    self._fill_mamba(fo, B)
     return ovr
+
+# %% 01_baselines.ipynb #809548ed
+_WHOLE = ('input_ids_buf', 'positions_buf', 'mrope_positions_buf', 'out_cache_loc_buf', 'req_pool_indices_buf',
+          'state_write_req_pool_indices_buf', 'seq_lens_buf')
+
+def differing_buffers(a, b, batch: int, total_tokens: int, num_extends: int = 0, mamba: bool = False) -> list:
+    "Names of the buffers `a` and `b` (objects with the buffers as attributes) disagree on after the same step (`mamba`: the four Mamba buffers too)."
+    part = dict(input_lengths_buf=batch, extend_prefix_lens_buf=num_extends, extend_seq_lens_buf=num_extends)
+    if num_extends: part['shifted_prefill_ids_buf'] = total_tokens
+    names = list(_WHOLE) + list(part) + ([f + '_buf' for f in _MAMBA_FIELDS] if mamba else [])
+    return [n for n in names if not torch.equal(getattr(a, n)[..., :part.get(n)], getattr(b, n)[..., :part.get(n)])]

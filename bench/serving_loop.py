@@ -4,7 +4,7 @@
 
 # %% 06_serving_loop.ipynb #6e3d591f
 from __future__ import annotations
-import gc, statistics, time, tracemalloc
+import dataclasses, gc, itertools, statistics, time, tracemalloc
 import numpy as np
 import torch
 from tokenspeed_lit.device import as_device, is_accel
@@ -12,11 +12,11 @@ from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit.graphs import capture
 from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
 from .timing import Table, env_info
-from .baselines import EngineInputBuffers
+from .baselines import EngineInputBuffers, differing_buffers, _MAMBA_FIELDS
 from .host_overhead import _mixed_op, _as_arrays
 
 # %% auto #0
-__all__ = ['bench_serving_loop']
+__all__ = ['bench_serving_loop', 'bench_hybrid_loop']
 
 # %% 06_serving_loop.ipynb #8e87a66d
 class _Req:
@@ -164,4 +164,112 @@ def bench_serving_loop(device=None, batches=(1, 64, 256), mixed=((4, 512, 60),),
         synchronize(device)
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, rows=rows, parts=parts, alloc=alloc,
+                loop=dict(requests=requests, products=products, n=n, vocab=vocab, steps=steps, rounds=rounds))
+
+# %% 06_serving_loop.ipynb #a4a5300f
+def _hybrid_lists(rng, fo, cache_lens, page: int, rows: int) -> dict:
+    "The four Mamba lists of step `fo` (prefill rows first), given each row's cached length: working rows, copy sources, checkpoints and their rows."
+    E = fo.num_extends()
+    ckpt = iter((rows + rng.permutation(rows)).tolist())          # distinct checkpoint rows
+    cow, marks, track = [], [], []
+    for i, (n, c) in enumerate(zip(fo.input_lengths, cache_lens)):
+        start = fo.extend_prefix_lens[i] if i < E else c
+        b = (start + n) // page * page                           # the last page boundary the row's tokens reach
+        cow.append(next(ckpt) if i < E and i % 2 == 0 else -1)
+        marks.append(b if b > start else -1)
+        track.append(next(ckpt) if b > start else -1)
+    return dict(mamba_pool_indices=rng.permutation(rows)[:len(cow)].tolist(), mamba_cow_src_indices=cow,
+                mamba_branching_seqlens=marks, mamba_track_pool_indices=track)
+
+# %% 06_serving_loop.ipynb #c4f35042
+_HYBRID_VARIANTS = ('package dense', 'package hybrid', 'seed dense', 'seed hybrid')
+
+def _hybrid_setup(device, rng, vocab: int, small: bool) -> dict:
+    "The runtime state, the page table, each variant's buffers, and a full-size decode step both ways (`big`)."
+    device = as_device(device)
+    POOL, COLS, PAGE, MAX_BS, MAX_TOK = (64, 32, 16, 16, 256) if small else (4096, 256, 16, 1024, 8192)
+    rs = RuntimeStates(POOL, vocab, output_length=1, device=device)
+    rs.valid_cache_lengths.copy_(torch.as_tensor(rng.integers(1, COLS * PAGE // 2, POOL + 1), dtype=torch.int32))
+    rs.future_input_map.copy_(torch.as_tensor(rng.integers(0, vocab, (POOL + 1, 1)), dtype=torch.int32))
+    table = torch.as_tensor(rng.integers(1, 1 << 20, (POOL + 1, COLS)), dtype=torch.int32, device=device)
+    args = (MAX_BS, MAX_TOK, PAGE, 0, POOL, device)
+    bufs = dict(zip(_HYBRID_VARIANTS, (InputBuffers(*args), InputBuffers(*args, has_mamba=True),
+                                       EngineInputBuffers(*args), EngineInputBuffers(*args, has_mamba=True))))
+    s = dict(rs=rs, table=table, bufs=bufs, pool=POOL, cols=COLS, page=PAGE, device=device)
+    _, ops, _, _ = _hybrid_step(rng, s, 0, 0, MAX_BS, vocab)
+    s['big'] = ops, MAX_BS
+    return s
+
+def _hybrid_step(rng, s: dict, npre: int, length: int, ndec: int, vocab: int):
+    "One shape's step: (its name, {variant: op}, batch, total tokens)."
+    rs, device = s['rs'], s['device']
+    fo, T = _mixed_op(ForwardOp, rng, s['pool'], npre, length, ndec, vocab, max(1, s['cols'] * s['page'] - length - 1))
+    if npre:
+        rs.valid_cache_lengths[torch.as_tensor(fo.request_pool_indices[:npre], device=device)] = torch.as_tensor(
+            fo.extend_prefix_lens, dtype=torch.int32, device=device)
+    cache = rs.valid_cache_lengths.tolist()
+    hyb = dataclasses.replace(fo, **_hybrid_lists(rng, fo, [cache[p] for p in fo.request_pool_indices], s['page'], s['pool']))
+    B = npre + ndec
+    case = f'mixed {npre}x{length}+{ndec}' if npre else f'decode {B}'
+    return case, {v: hyb if v.endswith('hybrid') else fo for v in _HYBRID_VARIANTS}, B, T
+
+# %% 06_serving_loop.ipynb #2f41b93f
+def _check_hybrid(s: dict, ops: dict, B: int, T: int, E: int, case: str):
+    "Every variant fills what the seed fills for the step (`ops`), after the full-size step left values in every tail."
+    bufs, rs, table = s['bufs'], s['rs'], s['table']
+    big, bigT = s['big']
+    for name in _HYBRID_VARIANTS:
+        bufs[name].fill_input_buffers(big[name], rs, table, bigT)
+        bufs[name].fill_input_buffers(ops[name], rs, table, T)
+    synchronize(s['device'])
+    seed_d, seed_h = bufs['seed dense'].b, bufs['seed hybrid'].b
+    for name, a, ref, mamba in (('package dense', bufs['package dense'], seed_d, False),
+                                ('package hybrid', bufs['package hybrid'], seed_h, True),
+                                ('seed hybrid', seed_h, seed_d, False)):
+        bad = differing_buffers(a, ref, B, T, E, mamba)
+        assert not bad, f'{case}: {name} differs from seed {"hybrid" if mamba else "dense"} in {bad}'
+    for f in _MAMBA_FIELDS:
+        got, want = getattr(seed_h, f + '_buf').tolist(), list(getattr(ops['seed hybrid'], f))
+        assert got == want + [-1] * (len(got) - B), f"{case}: the seed's {f}_buf is {got}, not the step's list and -1"
+
+def _fresh_ops(op, n: int):
+    "An endless cycle over `n` copies of `op`, every list a new list."
+    copy = lambda: dataclasses.replace(op, **{f.name: list(getattr(op, f.name)) for f in dataclasses.fields(op)
+                                               if isinstance(getattr(op, f.name), list)})
+    return itertools.cycle([copy() for _ in range(n)])
+
+def _hybrid_variants(s: dict, ops: dict, T: int, copies: int = 8) -> dict:
+    "name -> (fill the step from the next copy of its op, None, None), in `_HYBRID_VARIANTS` order: `_loop`'s variants."
+    rs, table, v = s['rs'], s['table'], {}
+    for name in _HYBRID_VARIANTS:
+        fill, it = s['bufs'][name].fill_input_buffers, _fresh_ops(ops[name], copies)
+        v[name] = ((lambda fill=fill, it=it: fill(next(it), rs, table, T)), None, None)
+    return v
+
+# %% 06_serving_loop.ipynb #4598ee42
+def bench_hybrid_loop(device=None, batches=(1, 64, 256), mixed=((4, 32, 60), (4, 32, 252)), steps: int = 50,
+                      rounds: int = 4, requests: int = 4000, products: int = 2, n: int = 2048, vocab: int = 32000,
+                      seed: int = 0, small: bool = False) -> dict:
+    "In-loop and hot host time of a hybrid step's input preparation and of the same step dense, the package's next to the seed's."
+    device, rng = as_device(device), np.random.default_rng(seed)
+    s = _hybrid_setup(device, rng, vocab, small)
+    reqs = [_Req(i) for i in range(requests)]
+    dt = torch.bfloat16 if is_accel(device) else torch.float32
+    x = torch.randn(n, n, dtype=dt, device=device); y = torch.empty_like(x)
+    rows, ratios, checked = [], [], []
+    for npre, length, ndec in [(0, 0, b) for b in batches] + list(mixed):
+        case, ops, B, T = _hybrid_step(rng, s, npre, length, ndec, vocab)
+        _check_hybrid(s, ops, B, T, npre, case)
+        checked.append(case)
+        logits = torch.randn(max(B, 1), vocab, device=device)
+        res = _loop(_hybrid_variants(s, ops, T), reqs, logits, x, y, products, steps, rounds, device)
+        rows += [dict(step=case, variant=v, **r) for v, r in res.items()]
+        us = {v: r['in_loop_us'] for v, r in res.items()}
+        ratios.append(dict(step=case, package_hybrid_over_dense=us['package hybrid'] / us['package dense'],
+                           seed_hybrid_over_dense=us['seed hybrid'] / us['seed dense'],
+                           seed_over_package_hybrid=us['seed hybrid'] / us['package hybrid']))
+        synchronize(device)
+    e = env_info(device)
+    return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, rows=rows, ratios=ratios, checked=checked,
+                targets=dict(package_hybrid_over_dense=1.2, seed_over_package_hybrid=7.0),
                 loop=dict(requests=requests, products=products, n=n, vocab=vocab, steps=steps, rounds=rounds))

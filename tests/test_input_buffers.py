@@ -14,7 +14,10 @@ from hypothesis import given, settings, strategies as st
 from tokenspeed_lit.device import default_device
 from tokenspeed_lit.streams import synchronize
 from tokenspeed_lit.contract import device_value_checks
-from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref, _UNUSUAL
+from contextlib import contextmanager
+from unittest import mock
+from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
+from tokenspeed_lit.step_plan import StepPlanner
 from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
                                     dummy_decode_seq_len, clamp_token_ids_)
 
@@ -216,7 +219,7 @@ _BAD = [
     (lambda: (_mixed(input_ids=[5, 6.5, 7]), 5), 'input_ids must hold int32 integers'),
     (lambda: (_mixed(input_lengths=[2.5, 2], input_ids=[5, 6], shifted_input_ids=[6, 7]), 4.5),
      'total_tokens must be an integer, got 4.5'),
-    (lambda: (_mixed(input_lengths=[2.5, 2.0]), 5), 'input_lengths must hold integers, got [2.5, 2.0]'),
+    (lambda: (_mixed(input_lengths=[2.5, 2.0]), 5), 'input_lengths must hold integers, got input_lengths[:1] = [2.5]'),
     (lambda: (ForwardOp(3, [1], [2]), 2), 'request_ids must be a sequence, got int'),
     (lambda: (_mixed(input_ids=[5, 2**33, 7]), 5), 'input_ids must hold int32 integers'),
     (lambda: (_mixed(prefill_lengths=[2]), 5), 'extend_prefix_lens[0] + input_lengths[0] = 0 + 3 goes past prefill_lengths[0] = 2'),
@@ -367,34 +370,54 @@ def test_fill_batch_order_equals_pool_order(case):
             assert torch.equal(x, y)
 
 
+@contextmanager
+def planned(usual: bool):
+    "Count the steps the named checks plan (`StepPlanner.plan_named`); `usual=False`: every step planned by them (`plan` made to call `plan_named`, as for a step it does not take at once). Yields the list of calls."
+    calls, named = [], StepPlanner.plan_named
+    def counted(self, *a, **kw):
+        calls.append(a)
+        return named(self, *a, **kw)
+    with mock.patch.object(StepPlanner, 'plan_named', counted):
+        if usual: yield calls
+        else:
+            with mock.patch.object(StepPlanner, 'plan', lambda self, op, total, captured=False:
+                                   self.plan_named(op, total, captured)):
+                yield calls
+
+
+def _fills(got, ib, rs):
+    "What a fill left: its return, the buffers, the runtime state (on the host)."
+    synchronize(DEV)
+    return got, {k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]
+
+
+def _same_fills(a, b):
+    assert a[0] == b[0]
+    for k, v in a[1].items(): assert torch.equal(v, b[1][k]), k
+    for x, y in zip(a[2], b[2]): assert torch.equal(x, y)
+
+
 @KERNEL
-@given(st.sampled_from([1, 4, 9]), st.integers(1, 3), st.integers(0, 2**31 - 1), st.data())
-def test_the_usual_step_fills_what_the_named_checks_fill(max_bs, W, seed, data):
-    "A step from lists through `_fill_usual` (one test, one pack) writes what the named checks and the fixed layout write."
+@given(st.sampled_from([1, 4, 9]), st.integers(1, 3), st.booleans(), st.integers(0, 2**31 - 1), st.data())
+def test_the_usual_step_fills_what_the_named_checks_fill(max_bs, W, has_mamba, seed, data):
+    "A step from lists through the usual test (`StepPlanner.plan`: one test, one pack) fills what the same step through the named checks fills: buffers, state, overrides returned, `all_extends_mid_chunk`; and only an empty step leaves the usual test."
     # (token ids as lists here; as int32 arrays in test_token_ids_as_int32_arrays_take_the_usual_path)
     max_tok, pool_rows, vocab = 4 * max_bs, max_bs + 3, 40
-    ops = data.draw(st.lists(forward_ops(max_bs, max_tok, W, pool_rows, vocab, False), min_size=1, max_size=3))
+    ops = data.draw(st.lists(forward_ops(max_bs, max_tok, W, pool_rows, vocab, has_mamba), min_size=1, max_size=3))
     out = []
     for usual in (True, False):
         rs, table = make_states(seed, pool_rows, W, vocab)
-        ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV)
-        took, fill_usual = [], ib._fill_usual
-        def spy(*a):
-            r = fill_usual(*a); took.append(r is not _UNUSUAL); return r
-        ib._fill_usual = spy if usual else (lambda *a: _UNUSUAL)      # the usual way, or every step the named way
+        ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1, device=DEV,
+                          has_mamba=has_mamba)
         got = []
-        for _, op, total in ops:
-            ib.poison_(POISON)
-            got.append((ib.fill_input_buffers(op, rs, table, total), ib.all_extends_mid_chunk))
-            synchronize(DEV)
-            got.append(({k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
-        assert took == ([len(op.request_ids) > 0 for _, op, _ in ops] if usual else [])   # every step but an empty one
+        with planned(usual) as calls:
+            for _, op, total in ops:
+                ib.poison_(POISON)
+                r = ib.fill_input_buffers(op, rs, table, total)
+                got.append(_fills((r, ib.all_extends_mid_chunk), ib, rs))
+        assert len(calls) == (sum(len(op.request_ids) == 0 for _, op, _ in ops) if usual else len(ops))
         out.append(got)
-    for a, b in zip(*out):
-        if isinstance(a[0], dict):
-            for k, v in a[0].items(): assert torch.equal(v, b[0][k]), k
-            for x, y in zip(a[1], b[1]): assert torch.equal(x, y)
-        else: assert a == b
+    for a, b in zip(*out): _same_fills(a, b)
 
 
 def test_debug_mode_fills_a_mixed_step_as_the_fast_path_does():
@@ -484,17 +507,13 @@ def test_token_ids_as_int32_arrays_take_the_usual_path(seed, data):
         rs, table = make_states(seed, pool_rows, W, vocab)
         ib = InputBuffers(max_bs, max_tok, 4, dummy_kv_slot=2, state_write_padding_pool_index=pool_rows - 1,
                           device=DEV).poison_(POISON)
-        took, fill_usual = [], ib._fill_usual
-        ib._fill_usual = lambda *a: (lambda r: (took.append(r is not _UNUSUAL), r)[1])(fill_usual(*a))
         arr_op = ForwardOp(**{**vars(op), 'input_ids': form(op.input_ids), 'shifted_input_ids': form(op.shifted_input_ids)})
-        got = ib.fill_input_buffers(arr_op, rs, table, total)
-        synchronize(DEV)
-        assert took == [len(op.request_ids) > 0 and (i < 2 or not op.input_ids)], took   # int64 ids: the named way
-        out.append((got, {k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
-    for got, bufs, state in out[1:]:
-        assert got == out[0][0]
-        for k, v in bufs.items(): assert torch.equal(v, out[0][1][k]), k
-        for a, b in zip(state, out[0][2]): assert torch.equal(a, b)
+        with planned(True) as calls:
+            got = ib.fill_input_buffers(arr_op, rs, table, total)
+        usual = len(op.request_ids) > 0 and (i < 2 or not op.extend_prefix_lens)   # int64 ids of prefill rows: the named way
+        assert len(calls) == (not usual), calls
+        out.append(_fills(got, ib, rs))
+    for o in out[1:]: _same_fills(o, out[0])
 
 
 def test_a_decode_step_from_lists_for_the_engine_graph():
@@ -536,25 +555,21 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
 @KERNEL
 @given(st.integers(1, 6), st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1), st.data())
 def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrides, replace, seed, data):
-    "A decode step for the engine's graph through the ring's one call (`stage_captured`) runs as the named path's, replayed by the graph."
+    "A decode step for the engine's graph through the usual test runs as the same step through the named checks, replayed by the graph."
     from tokenspeed_lit.graphs import capture
     pools, ovr = _decode_lists(B, with_overrides, data)
     out = []
     for usual in (True, False):
         rs, table, ib = _bound_buffers(seed, W)
         graph = capture(ib.issue_captured, DEV)
-        ring, took = ib.step.ring, []
-        one_call = ring.stage_captured                     # the usual way counted; or refused, so the named way runs
-        ring.stage_captured = (lambda *a: (lambda r: (took.append(r), r)[1])(one_call(*a))) if usual else (lambda *a: False)
         op = ForwardOp(list(range(B)), pools, [W] * B, decode_input_ids=ovr)
-        if replace: ib.fill_input_buffers(ForwardOp([0], [8], [W]), rs, table, W, captured=True)   # never replayed
-        got = ib.fill_input_buffers(op, rs, table, B * W, captured=True, replace=replace)
-        graph.replay(); synchronize(DEV)
-        assert took == ([True] * (1 + replace) if usual else [])
-        out.append((got, {k: v.cpu() for k, v in ib.snapshot().items()}, [t.cpu() for t in state_of(rs)]))
-    assert out[0][0] == out[1][0]
-    for k, v in out[0][1].items(): assert torch.equal(v, out[1][1][k]), k
-    for a, b in zip(out[0][2], out[1][2]): assert torch.equal(a, b)
+        with planned(usual) as calls:
+            if replace: ib.fill_input_buffers(ForwardOp([0], [8], [W]), rs, table, W, captured=True)   # never replayed
+            got = ib.fill_input_buffers(op, rs, table, B * W, captured=True, replace=replace)
+        graph.replay()
+        assert len(calls) == (0 if usual else 1 + replace)
+        out.append(_fills(got, ib, rs))
+    _same_fills(*out)
 
 
 # ---- the four kinds of staging gone wrong, through InputBuffers' public ways in ------------------------------------

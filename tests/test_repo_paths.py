@@ -2,9 +2,9 @@
 settings, the Makefile and the pinned requirements name notebooks, modules, tests, tools and results, and a renamed
 or removed file leaves its old name behind in them.
 
-A path is a run of path characters starting at one of the repository's folders (`nbs/14_fused_decode.ipynb`,
+A path is a run of path characters starting at one of the repository's folders (`nbs/15_fused_decode.ipynb`,
 `tests/test_positions.py`, `bench/results/l3.json`, a source link's `blob/main/tokenspeed_lit/l3.py`), or a notebook
-named by its stem alone (`13_staging_ring`, `21_host_transport.ipynb`): a notebook of that name must be in `nbs/` or
+named by its stem alone (`14_staging_ring`, `21_host_transport.ipynb`): a notebook of that name must be in `nbs/` or
 `bench/`. A path with a `*` must match something; what the build writes (the site, the test artifacts) is not
 checked."""
 import json, re
@@ -59,13 +59,13 @@ def exists(p: str) -> bool:
 
 
 def test_the_extraction():
-    text = ('see `nbs/14_fused_decode.ipynb`, tests/test_positions.py. and (bench/results/l3.json); '
-            '[src](https://github.com/o/r/blob/main/tokenspeed_lit/l3.py#L3) `13_staging_ring` 21_host_transport.ipynb '
+    text = ('see `nbs/15_fused_decode.ipynb`, tests/test_positions.py. and (bench/results/l3.json); '
+            '[src](https://github.com/o/r/blob/main/tokenspeed_lit/l3.py#L3) `14_staging_ring` 21_host_transport.ipynb '
             '/opt/x/tools/y.py nbs/NN_name.ipynb docs/_site/index.html tests/test_l3*.py $(BIN)/nbdev_test')
-    assert named_paths(text) == {'nbs/14_fused_decode.ipynb', 'tests/test_positions.py', 'bench/results/l3.json',
-                                 'tokenspeed_lit/l3.py', '13_staging_ring.ipynb', '21_host_transport.ipynb',
+    assert named_paths(text) == {'nbs/15_fused_decode.ipynb', 'tests/test_positions.py', 'bench/results/l3.json',
+                                 'tokenspeed_lit/l3.py', '14_staging_ring.ipynb', '21_host_transport.ipynb',
                                  'tests/test_l3*.py'}
-    assert exists('13_staging_ring.ipynb') and exists('06_serving_loop.ipynb') and exists('tests/test_l3*.py')
+    assert exists('14_staging_ring.ipynb') and exists('06_serving_loop.ipynb') and exists('tests/test_l3*.py')
     assert not exists('99_nowhere.ipynb') and not exists('nbs/99_nowhere.ipynb')
 
 

@@ -1,8 +1,10 @@
 """The staging ring (`tokenspeed_lit.staging_ring`): the header declared once and read by name (the kernels' reads tied
-to the declaration), the copy that moves exactly a slot's staged ints, the rule of when a slot is free (done flags and
-tickets), the capture slot's rules (a replay with nothing new staged runs no step, from construction on, and is
-counted; a refused restaging leaves nothing staged), leases of slots (foreign, stale and rebound slots refused), and
-every public ring method refusing host input that would write outside the declared buffers."""
+to the declaration, the host's writes compiled from it), the copy that moves exactly a slot's staged ints, the rule of
+when a slot is free (done flags and tickets), the one submit (ring slots in turn, the capture slot apart; a plan
+written in one pack or list by list stages the same ints), the capture slot's rules (a replay with nothing new staged
+runs no step, from construction on, and is counted; a refused restaging leaves nothing staged), leases of slots
+(foreign, stale and rebound slots refused), the pool-row check on both its paths, and every public ring method
+refusing host input that would write outside the declared buffers."""
 import ast, inspect, re
 from pathlib import Path
 import numpy as np
@@ -10,11 +12,14 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit import staging_ring as sr, fused_decode as fd
+from tokenspeed_lit import staging_ring as sr, fused_decode as fd, step_plan as sp
 from tokenspeed_lit.device import host_full
 from tokenspeed_lit.graphs import capture
 from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.staging_ring import STEP_HEADER, HDR, StagingRing, StagingSlot, copy_slot, CAPTURE, staging_layout
+from tokenspeed_lit.header_layout import HeaderLayout
+from tokenspeed_lit.step_plan import (STEP_HEADER, HDR, LISTS_AT, ForwardOp, MAMBA_FIELDS, ONE_PACK, IDS_COPIED,
+                                      BY_SECTION, PACKING, same_step, staging_layout)
+from tokenspeed_lit.staging_ring import StagingRing, copy_slot, CAPTURE
 from tokenspeed_lit.fused_decode import FusedDecodeStep
 
 from conftest import DEV, random_table
@@ -22,7 +27,7 @@ POISON = -77
 PKG = Path(sr.__file__).parent
 
 
-def _step(seed=0, max_bs=4, max_tok=8, W=2, pool_rows=10, vocab=40):
+def _step(seed=0, max_bs=4, max_tok=8, W=2, pool_rows=10, vocab=40, has_mamba=False):
     "A bound step of `max_bs` rows over a random state: (step, [cache lengths, input map, ready, table])."
     g = torch.Generator().manual_seed(seed)
     vcl = torch.randint(0, 10, (pool_rows,), generator=g, dtype=torch.int32)
@@ -30,8 +35,14 @@ def _step(seed=0, max_bs=4, max_tok=8, W=2, pool_rows=10, vocab=40):
     ready = torch.rand(pool_rows, generator=g) < 0.5
     table = random_table(g, pool_rows, 4)
     state = [t.to(DEV) for t in (vcl, fim, ready, table)]
-    step = FusedDecodeStep.create(max_bs, max_tok, 4, dummy_kv_slot=1, state_write_padding_pool_index=pool_rows, device=DEV)
+    step = FusedDecodeStep.create(max_bs, max_tok, 4, dummy_kv_slot=1, state_write_padding_pool_index=pool_rows,
+                                  device=DEV, has_mamba=has_mamba)
     return step.bind(state[0], state[1], state[2], vocab, state[3]), state
+
+
+def _slot_of(ring, ticket):
+    "The slot a step was issued in: the one whose last ticket it is."
+    return ring.tickets.index(ticket)
 
 
 # ---- the header, declared once ------------------------------------------------------------------------------------
@@ -48,6 +59,7 @@ def _jit_sources():
 
 def test_the_kernels_read_only_declared_fields_by_name():
     "Every header read in a kernel is `HDR.<declared field>`; no kernel reads a header field by a literal offset."
+    assert sr.HDR is HDR and fd.HDR is HDR                  # one declaration (step_plan's), read by both modules
     srcs = _jit_sources()
     assert {'_copy_kernel', '_fill_kernel', '_request_rows', '_mamba_rows', '_decode_rows', '_token_tiles'} <= set(srcs)
     read = set()
@@ -55,7 +67,7 @@ def test_the_kernels_read_only_declared_fields_by_name():
         fields = set(re.findall(r'\bHDR\.(\w+)', src))
         assert fields <= set(STEP_HEADER.names), (name, fields - set(STEP_HEADER.names))
         read |= fields
-        assert not re.search(r'tl\.load\(\s*s32\s*\+\s*\d', src), f'{name} reads the header at a literal offset'
+        assert not re.search(r'tl\.load\(\s*(s32|src|hdr)\s*\+\s*\d', src), f'{name} reads the header at a literal offset'
     # every per-step and bound field is read by some kernel: a declared field the kernels ignore is a mistake
     want = set(STEP_HEADER.groups['step']) | set(STEP_HEADER.groups['ring']) | set(STEP_HEADER.groups['bound'])
     unread = want - read - {f'o_mamba{k}' for k in (1, 2, 3)}     # read as o_mamba0 + k
@@ -63,16 +75,41 @@ def test_the_kernels_read_only_declared_fields_by_name():
 
 
 def test_no_header_field_is_written_by_a_literal_index():
-    "The host writes header fields only through the declaration's writers: no `m[<int>] = ...` where steps are staged."
+    "The host writes header fields only through the declaration (its writers, `HEADER(...)` compiled into stores, offsets by name): no `m[<int>] = ...` where steps are planned and staged."
     bad = []
-    for p in (PKG / 'staging_ring.py', PKG / 'fused_decode.py', PKG / 'input_buffers.py'):
+    for p in (PKG / 'staging_ring.py', PKG / 'fused_decode.py', PKG / 'input_buffers.py', PKG / 'step_plan.py'):
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+            for t in targets:
+                for t in (t.elts if isinstance(t, ast.Tuple) else [t]):
                     if (isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
                             and isinstance(t.slice.value, int) and not isinstance(t.value, ast.Attribute)):
                         bad.append(f'{p.name}:{node.lineno}')
     assert not bad, f'writes by a literal index: {bad}'
+
+
+def test_the_ring_writes_the_header_by_name():
+    "The ring's one submit writes the header with `HEADER(m, field=...)`, compiled into one store per field (never called); the other writes are the declaration's writers."
+    src = inspect.getsource(StagingRing)
+    assert src.count('HEADER(m,') == 1 and '@STEP_HEADER.inline' in src
+    issue = StagingRing._issue
+    assert 'HEADER' not in issue.__code__.co_names, 'HEADER(...) left as a call'
+    assert sr._write_step.__code__.co_varnames[1:sr._write_step.__code__.co_argcount] == \
+        STEP_HEADER.groups['step'] + STEP_HEADER.groups['ring']
+    assert LISTS_AT == STEP_HEADER.at['ticket'] + 1 and STEP_HEADER.names[-2:] == ('slot', 'ticket')
+    assert staging_layout(4, 8)['pool'] == STEP_HEADER.size == 64 > LISTS_AT
+
+
+def test_header_writes_must_name_every_field_once():
+    layout = HeaderLayout(8, step=('a', 'b'), ring=('c',))
+    def two(m): HEADER(m, a=1, b=2)                                           # noqa: F821 (compiled away)
+    def extra(m): HEADER(m, a=1, b=2, c=3, d=4)                               # noqa: F821
+    with pytest.raises(NameError, match=re.escape("missing ['c']")): layout.inline(two)
+    with pytest.raises(NameError, match=re.escape("not fields or named twice ['d']")): layout.inline(extra)
+    def ok(m): HEADER(m, c=3, a=1, b=2)                                       # noqa: F821
+    m = [0] * 8
+    layout.inline(ok)(m)
+    assert m[:4] == [1, 2, 3, 0]
 
 
 @given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=len(STEP_HEADER.names), max_size=len(STEP_HEADER.names)))
@@ -84,8 +121,8 @@ def test_the_writer_stores_each_field_at_its_declared_offset(values):
 
 
 def test_a_field_declared_twice_or_too_many_are_refused():
-    with pytest.raises(ValueError, match='declared twice'): sr.HeaderLayout(8, a=('x', 'y'), b=('x',))
-    with pytest.raises(ValueError, match='do not fit 2 ints'): sr.HeaderLayout(2, a=('x', 'y', 'z'))
+    with pytest.raises(ValueError, match='declared twice'): HeaderLayout(8, a=('x', 'y'), b=('x',))
+    with pytest.raises(ValueError, match='do not fit 2 ints'): HeaderLayout(2, a=('x', 'y', 'z'))
 
 
 # ---- the copy ------------------------------------------------------------------------------------------------------
@@ -113,44 +150,61 @@ def test_ring_slots_alternate_and_the_capture_slot_is_apart():
     ring = step.ring
     capture(step.issue_captured, DEV)                      # (the capture slot is claimed for an engine's graph)
     got = []
-    for _ in range(4):
-        s = ring.take(); got.append(s); ring.commit(s, 0, 0, 0, 0, 0, False, False); ring.launch(s)
-    assert got == [0, 1, 0, 1] and ring.claim() == CAPTURE
+    for plan in (ring.planner.dummy(0, 0), ring.planner.decode([1, 2], 1), ring.planner.dummy(2, 4),
+                 ring.planner.plan(ForwardOp([0], [3], [2]), 2)):
+        t = ring.submit(plan); synchronize(DEV)
+        s = _slot_of(ring, t)
+        got.append(s)
+        assert ring.slot_ints(s)[[HDR.slot, HDR.ticket]].tolist() == [s, t] and int(ring.done_flags[s]) == t
+    assert got == [0, 1, 0, 1]
+    before = ring.tickets[:2]
+    t = ring.submit(ring.planner.decode([3], 1), captured=True)
+    assert _slot_of(ring, t) == CAPTURE and ring.tickets[:2] == before
+    assert ring.slot_ints(CAPTURE)[[HDR.slot, HDR.ticket, HDR.batch]].tolist() == [CAPTURE, t, 1]
+    assert _slot_of(ring, ring.submit(ring.planner.dummy(0, 0))) == 0      # the ring's turn goes on where it was
 
 
-@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from(['lists', 'staged', 'named'])), min_size=1, max_size=8),
-       st.integers(0, 2**31 - 1))
-def test_done_flags_show_each_launched_ticket(steps, seed):
-    "After every step its ring slot's done flag holds the ticket that step committed; tickets never repeat."
+def _issue_one(step, way, pools):
+    "Issue one decode step of `pools` (width 1) the way named; returns its ticket."
+    ring = step.ring
+    if way == 'lists': return ring.submit(ring.planner.decode(pools, 1))
+    if way == 'staged':
+        sl = step.decode_slot(); sl.put(pools); step.issue_staged_decode(sl, len(pools), 1)
+    elif way == 'fill': step.fill(ForwardOp(list(range(len(pools))), pools, [1] * len(pools)), len(pools))
+    elif way == 'call': step(pools, 1)
+    else: step.dummy(len(pools), len(pools))
+    return max(ring.tickets[:2])
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from(['lists', 'staged', 'fill', 'call', 'dummy'])),
+                min_size=1, max_size=8), st.integers(0, 2**31 - 1))
+def test_done_flags_show_each_issued_ticket(steps, seed):
+    "After every step its ring slot's done flag holds the ticket it was issued with; tickets never repeat and only grow."
     step, state = _step(seed, W=1)
-    ring, seen = step.ring, set()
+    ring, last = step.ring, 0
     for batch, way in steps:
-        pools = list(range(1, batch + 1))
-        if way == 'staged':
-            sl = step.decode_slot(); sl.put(pools); step.issue_staged_decode(sl, batch, 1)
-        elif way == 'lists': assert ring.stage(ring.take(), pools, None, [], [], (), (), 0, 1, batch)
-        else: step(pools, 1)
+        t = _issue_one(step, way, list(range(1, batch + 1)))
         synchronize(DEV)
-        s = max((0, 1), key=lambda i: ring.tickets[i])     # the slot of the latest step
-        t = ring.tickets[s]
-        assert t not in seen and int(ring.done_flags[s]) == t
-        seen.add(t)
+        s = _slot_of(ring, t)
+        assert s in (0, 1) and t > last and int(ring.done_flags[s]) == t
+        last = t
 
 
 def test_a_copy_that_never_runs_is_an_error_not_a_hang():
     "A slot whose launched copy never reports is refused after the wait's timeout, naming the slot and its ticket."
     step, _ = _step(W=1)
     ring = step.ring
-    s = ring.take(); ring.commit(s, 0, 0, 0, 0, 0, False, False)
-    ring.done_flags[s] = -5                                # as if the launch below were lost before its copy ran
-    ring.launch(s); synchronize(DEV)
-    ring.done_flags[s] = -5
-    ring.take()                                            # the other slot
-    with pytest.raises(RuntimeError, match=f'host slot {s}: its step \\(ticket {ring.tickets[s]}\\) was launched but its '
-                                           f'copy never ran'):
+    t = ring.submit(ring.planner.dummy(0, 0)); synchronize(DEV)
+    s = _slot_of(ring, t)
+    ring.done_flags[s] = -5                                # as if the launch were lost before its copy ran
+    assert not ring._copied(s)
+    assert ring._take() == 1 - s                           # the other slot
+    with pytest.raises(RuntimeError, match=f'host slot {s}: its step \\(ticket {t}\\) was launched but its '
+                                           f'copy never ran \\(done flag -5\\)'):
         ring._wait(s, timeout=0.05)
-    ring.done_flags[s] = ring.tickets[s]                   # put it back: the ring works on
+    ring.done_flags[s] = t                                 # put it back: the ring works on
     step([1, 2], 1); synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf.tolist()[:3] == [1, 2, 0]
 
 
 def test_tickets_restart_before_they_leave_int32():
@@ -160,26 +214,108 @@ def test_tickets_restart_before_they_leave_int32():
     step.dummy(1, 1); step.dummy(1, 1)               # the last ticket, then a restart: the flags count from 1 again
     synchronize(DEV)
     assert max(ring.tickets) == 1 and int(ring.done_flags[:3].max()) == 1
+    step([1], 1); synchronize(DEV)
+    assert max(ring.tickets) == 2 and int(ring.done_flags[:3].max()) == 2
 
 
-def test_the_fast_stage_writes_what_pack_and_commit_write():
-    "`stage` (lists back to back, its own commit and launch) against the named way (sections, commit, launch): same buffers and state."
-    out = []
-    for fast in (True, False):
-        step, state = _step(3, max_bs=4, max_tok=12)
-        ring = step.ring
-        s = ring.take()
-        pools, ovr, lens, prefix = [4, 7, 2], [9], [3, 2], [0, 1]
-        ids, shifted = [11, 12, 13, 14, 15], [12, 13, 14, 15, 16]
-        if fast: assert ring.stage(s, pools, ovr, lens, prefix, ids, shifted, 5, 2, 7)
-        else:
-            ring.pack(s, 'pool', pools, 'p'); ring.pack(s, 'override', ovr, 'o'); ring.pack(s, 'lengths', lens, 'l')
-            ring.pack(s, 'extend_prefix', prefix, 'e'); ring.pack(s, 'ids', ids, 'i'); ring.pack(s, 'ids', shifted, 's', row=5)
-            ring.commit(s, 3, 2, 5, 2, 7, True, False); ring.launch(s, True)
+# ---- one plan, two ways to write it: the same slot ints, the same buffers ----------------------------------------
+
+FORMS = {'list': list, 'int32': lambda v: np.array(v, dtype=np.int32), 'int64': lambda v: np.array(v, dtype=np.int64),
+         'tuple': tuple}
+
+
+@st.composite
+def _decode_or_mixed(draw, max_bs, max_tok, W, pool_rows, has_mamba, captured):
+    B = draw(st.integers(0, max_bs))
+    E = 0 if captured else draw(st.sampled_from([0, B]) | st.integers(0, B))
+    B = min(B, E + max_tok // W)
+    budget = max_tok - (B - E) * W
+    pre = draw(st.lists(st.integers(0, 3), min_size=E, max_size=E))
+    while sum(pre) > budget: pre[pre.index(max(pre))] -= 1
+    P = sum(pre)
+    pools = draw(st.permutations(range(pool_rows)))[:B]
+    prefix = draw(st.lists(st.integers(0, 9), min_size=E, max_size=E))
+    full = [p + n + draw(st.integers(0, 1)) for p, n in zip(prefix, pre)]
+    ids, shifted = (draw(st.lists(st.integers(-3, 50), min_size=P, max_size=P)) for _ in range(2))
+    ovr = draw(st.none() | st.lists(st.just(-1) | st.integers(-3, 50), min_size=B - E, max_size=B - E))
+    mamba = {f: draw(st.lists(st.integers(-1, 9), min_size=B, max_size=B)) for f in MAMBA_FIELDS} \
+        if has_mamba and draw(st.booleans()) else {}
+    return dict(request_ids=list(range(B)), request_pool_indices=pools, input_lengths=pre + [W] * (B - E),
+                input_ids=ids, shifted_input_ids=shifted, extend_prefix_lens=prefix, prefill_lengths=full,
+                decode_input_ids=ovr, **mamba), P + (B - E) * W
+
+
+def _outcome(step, state, s):
+    synchronize(DEV)
+    return (step.ring.slot_ints(s).tolist(), {k: v.cpu() for k, v in step.buffers.buffers().items()},
+            [t.cpu() for t in state[:3]])
+
+
+def _same(a, b):
+    assert a[0] == b[0], 'slot ints differ'
+    for k, v in a[1].items(): assert torch.equal(v, b[1][k]), k
+    for x, y in zip(a[2], b[2]): assert torch.equal(x, y)
+
+
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.sampled_from(['list', 'int32', 'int64']), st.data()),
+                min_size=1, max_size=3), st.booleans(), st.integers(0, 2**31 - 1))
+def test_one_pack_and_by_section_stage_the_same_step(steps, has_mamba, seed):
+    "The same step planned from lists (one pack: per-int stores when small, one `struct` pack when large; token ids as int32 arrays copied) and from numpy arrays (list by list): the same slot ints, buffers and state after the copy, in a ring slot or the capture slot."
+    max_bs, max_tok, W, pool_rows = 70, 140, 2, 80
+    pair = []
+    for _ in range(2):
+        step, state = _step(seed, max_bs=max_bs, max_tok=max_tok, W=W, pool_rows=pool_rows, has_mamba=has_mamba)
+        pair.append((step, state, capture(step.issue_captured, DEV)))
+    for captured, replace, ids_form, data in steps:
+        kw, total = data.draw(_decode_or_mixed(max_bs, max_tok, W, pool_rows, has_mamba, captured))
+        ids = {k: FORMS[ids_form](kw[k]) for k in ('input_ids', 'shifted_input_ids')}
+        lists = ForwardOp(**{**kw, **ids})
+        arrays = ForwardOp(**{k: v if v is None or k == 'request_ids' else np.array(v, dtype=np.int64)
+                              for k, v in kw.items()})
+        outs = []
+        for (step, state, graph), op in zip(pair, (lists, arrays)):
+            ring = step.ring
+            plan = ring.planner.plan(op, total, captured)
+            if op is arrays: assert plan[PACKING] == BY_SECTION
+            else: assert plan[PACKING] == (IDS_COPIED if ids_form != 'list' and kw['extend_prefix_lens'] else ONE_PACK)
+            t = ring.submit(plan, captured, replace)
+            if captured: graph.replay()
+            outs.append(_outcome(step, state, _slot_of(ring, t)))
+        assert same_step(pair[0][0].ring.planner.plan(lists, total, captured), pair[1][0].ring.planner.plan(arrays, total, captured))
+        _same(*outs)
+
+
+def _spoil(values, at, how):
+    v = list(values)
+    v[at] = {'big': 2**31, 'small': -2**31 - 1, 'float': 1.5}[how]
+    return v
+
+
+@settings(max_examples=20)
+@given(B=st.integers(1, 70), where=st.sampled_from(['decode_input_ids', *MAMBA_FIELDS]),
+       how=st.sampled_from(['big', 'small', 'float']), pools_as_array=st.booleans(),
+       before=st.sampled_from(['nothing', 'replayed', 'not replayed']), data=st.data())
+def test_a_value_that_is_not_int32_is_refused_by_name_and_leaves_no_step(B, where, how, pools_as_array, before, data):
+    "A plan whose list holds a value that is not an int32 (small steps stored int by int, large ones packed, list by list beside arrays): `submit` names the list and the value, and the capture slot's next replay runs no step."
+    step, state = _step(3, max_bs=70, max_tok=140, W=2, pool_rows=80, has_mamba=True)
+    ring, graph = step.ring, capture(step.issue_captured, DEV)
+    if before != 'nothing':
+        step([1, 2], 2, [5, -1], captured=True)
+        if before == 'replayed': graph.replay()
         synchronize(DEV)
-        out.append(({k: v.cpu() for k, v in step.buffers.buffers().items()}, [t.cpu() for t in state]))
-    for k in out[0][0]: assert torch.equal(out[0][0][k], out[1][0][k]), k
-    for a, b in zip(out[0][1], out[1][1]): assert torch.equal(a, b)
+    pools = data.draw(st.permutations(range(1, 80)))[:B]
+    lists = {f: [0] * B for f in MAMBA_FIELDS}
+    lists['decode_input_ids'] = [-1] * B
+    at = data.draw(st.integers(0, B - 1))
+    lists[where] = _spoil(lists[where], at, how)
+    op = ForwardOp(list(range(B)), np.array(pools) if pools_as_array else pools, [2] * B, **lists)
+    plan = ring.planner.plan(op, 2 * B, True)
+    assert plan[PACKING] == (BY_SECTION if pools_as_array else ONE_PACK)
+    bad = lists[where][at]
+    with pytest.raises(ValueError, match=re.escape(f'{where} must hold int32 integers, got {where}[{at}] = {bad!r}')):
+        ring.submit(plan, captured=True)
+    _replay_runs_no_step(step, state, graph)
 
 
 # ---- the capture slot ------------------------------------------------------------------------------------------------
@@ -197,7 +333,21 @@ def _ran_no_step(step, state, before):
         if name != 'mrope_positions_buf': assert (t == v[name]).all(), name
 
 
-@pytest.mark.parametrize('before', ['construction', 'bind', 'ring step', 'dummy', 'replayed step', 'refused restage'])
+def _replay_runs_no_step(step, state, graph):
+    "Replay on poisoned buffers: no step run, the idle replay counted and reported once; serving goes on."
+    synchronize(DEV)
+    idle = step.ring.idle_replays
+    mem = _poisoned_state(step, state)
+    graph.replay(); synchronize(DEV)
+    _ran_no_step(step, state, mem)
+    assert step.ring.idle_replays == idle + 1
+    with pytest.raises(RuntimeError, match='replayed the capture slot 1 time'): step.ring.lease(captured=True)
+    step([3], 2, captured=True); graph.replay(); synchronize(DEV)    # reported once: serving goes on
+    assert step.buffers.req_pool_indices_buf.tolist()[:2] == [3, 0]
+
+
+@pytest.mark.parametrize('before', ['construction', 'bind', 'ring step', 'dummy', 'replayed step', 'refused restage',
+                                    'refused plan', 'lease'])
 def test_a_replay_with_nothing_new_staged_runs_no_step(before):
     "Whatever came before, an engine-graph replay with no new step staged for it touches no state, writes padding and is counted."
     step, state = _step(5)
@@ -214,15 +364,14 @@ def test_a_replay_with_nothing_new_staged_runs_no_step(before):
         step([3, 4], 2, [7, -1], captured=True)                      # staged, never replayed
         with pytest.raises(ValueError, match='decode_input_ids must hold int32'):
             step([5, 6], 2, [8, 2**31], captured=True)                  # refused after the pool indices were written
-    synchronize(DEV)
-    idle = step.ring.idle_replays
-    mem = _poisoned_state(step, state)
-    graph.replay(); synchronize(DEV)
-    _ran_no_step(step, state, mem)
-    assert step.ring.idle_replays == idle + 1
-    with pytest.raises(RuntimeError, match='replayed the capture slot 1 time'): step.ring.claim()
-    step([3], 2, captured=True); graph.replay(); synchronize(DEV)    # reported once: serving goes on
-    assert step.buffers.req_pool_indices_buf.tolist()[:2] == [3, 0]
+    elif before == 'refused plan':
+        step([3, 4], 2, [7, -1], captured=True)                      # staged, never replayed
+        with pytest.raises(ValueError, match='outside the pool'):      # refused by the planner: the slot cleared
+            step([5, 60], 2, captured=True)
+    elif before == 'lease':                                           # a lease of the capture slot never issued
+        step([3, 4], 2, [7, -1], captured=True)
+        sl = step.decode_slot(captured=True); sl.put([5, 6], [8, 9])
+    _replay_runs_no_step(step, state, graph)
 
 
 def test_a_replay_runs_a_staged_step_once():
@@ -231,6 +380,7 @@ def test_a_replay_runs_a_staged_step_once():
     graph = capture(step.issue_captured, DEV)
     assert step([3, 4], 2, [7, -1], captured=True) == [7, -1]
     graph.replay(); synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf.tolist()[:3] == [3, 4, 0]
     mem = _poisoned_state(step, state)
     graph.replay(); synchronize(DEV)
     _ran_no_step(step, state, mem)
@@ -246,6 +396,8 @@ def test_staging_for_a_graph_older_than_the_binding_is_refused():
     step.bind(vcl, fim, ready, 40, table.clone())        # a new table: the graph holds the old one
     with pytest.raises(ValueError, match='capture the graph again'): step([1], 1, captured=True)
     with pytest.raises(ValueError, match='capture the graph again'): step.decode_slot(captured=True)
+    with pytest.raises(ValueError, match='capture the graph again'):
+        step.ring.submit(step.ring.planner.dummy(0, 0), captured=True)
 
 
 # ---- leases ----------------------------------------------------------------------------------------------------------
@@ -259,11 +411,14 @@ _BAD_LEASES = [   # (how the slot goes wrong, what the refusal names)
     ('issued twice', lambda st: (lambda sl: (sl.put([1]), st.issue_staged_decode(sl, 1, 1), sl)[-1])(st.decode_slot()),
      'is stale'),
     ('ring took a slot since', lambda st: (lambda sl: (st([2], 1), sl)[-1])(st.decode_slot()), 'is stale'),
+    ('a plan submitted since', lambda st: (lambda sl: (st.ring.submit(st.ring.planner.dummy(0, 0)), sl)[-1])(st.decode_slot()),
+     'is stale'),
     ('a later decode_slot', lambda st: (lambda sl: (st.decode_slot(), sl)[-1])(st.decode_slot()), 'is stale'),
     ('captured, then a list step', lambda st: (lambda sl: (st([2], 1), sl)[-1])(st.decode_slot(captured=True)), 'is stale'),
     ('ring slot, then a captured step', lambda st: (lambda sl: (st([2], 1, captured=True), sl)[-1])(st.decode_slot()),
      'is stale'),
     ('after a dummy step', lambda st: (lambda sl: (st.dummy(1, 1), sl)[-1])(st.decode_slot()), 'is stale'),
+    ('after a fill', lambda st: (lambda sl: (st.fill(ForwardOp([0], [2], [2]), 2), sl)[-1])(st.decode_slot()), 'is stale'),
     ('not a slot', lambda st: np.zeros(4, np.int32), 'must be the StagingSlot of the latest decode_slot()'),
 ]
 
@@ -277,9 +432,22 @@ def test_a_slot_that_is_not_what_it_seems_is_refused(case, make, msg):
     synchronize(DEV)
     snap, mem = step.buffers.snapshot(), [t.clone() for t in state[:3]]
     with pytest.raises(ValueError, match=re.escape(msg)): step.issue_staged_decode(sl, 1, 1)
+    with pytest.raises(ValueError, match=re.escape(msg)): step.ring.submit_lease(sl, step.ring.planner.leased(1, 1))
     synchronize(DEV)
     for k, v in step.buffers.buffers().items(): assert torch.equal(v, snap[k]), k
     for t, b in zip(state[:3], mem): assert torch.equal(t, b)
+
+
+def test_a_lease_survives_a_bind_but_not_its_old_plans():
+    "A slot handed out before a bind is still the latest lease; a plan made before the bind is refused, one made after is issued."
+    step, state = _step(2)
+    sl = step.decode_slot(); sl.put([3, 4])
+    old = step.ring.planner.leased(2, 2)
+    step.bind(*state[:3], 40, state[3].clone())
+    with pytest.raises(ValueError, match='the plan was made by another planner'): step.ring.submit_lease(sl, old)
+    assert step.ring.submit_lease(sl, step.ring.planner.leased(2, 2)) is False
+    synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf.tolist() == [3, 4, 0, 0]
 
 
 @pytest.mark.parametrize('attr', ['req_pool_indices', 'decode_input_ids', 'mamba', 'slot', 'ring'])
@@ -324,9 +492,13 @@ def test_put_writes_what_the_views_hold(puts):
         assert sl.put(pools, ovr) == n
         assert sl.req_pool_indices[:n].tolist() == pools
         if with_overrides: assert sl.decode_input_ids[:n].tolist() == ovr
-        if n: step.issue_staged_decode(sl, n, 1, overrides=with_overrides)
+        if n:
+            has = step.issue_staged_decode(sl, n, 1, overrides=with_overrides)
+            assert has == (with_overrides and ovr.count(-1) != n)
     synchronize(DEV)
 
+
+# ---- the pool rows: builtins up to _BUILTIN_ROWS rows, numpy above ----------------------------------------------------
 
 def _pools_error_ref(rows, num_pool, name='req_pool_indices'):
     "The message check_pools must raise for `rows`, or None: the first value out of range, else the first pair."
@@ -339,11 +511,11 @@ def _pools_error_ref(rows, num_pool, name='req_pool_indices'):
 
 _RINGS = {}
 
-@given(batch=st.integers(0, 300) | st.sampled_from([1, sr._BUILTIN_ROWS, sr._BUILTIN_ROWS + 1]),
+@given(batch=st.integers(0, 300) | st.sampled_from([1, sp._BUILTIN_ROWS, sp._BUILTIN_ROWS + 1]),
        num_pool=st.sampled_from([1, 7, 300, 600]), kind=st.sampled_from(['ok', 'dup', 'neg', 'high', 'int32 edge']),
-       data=st.data())
-def test_check_pools_on_both_paths(batch, num_pool, kind, data):
-    "Both ways check_pools checks (builtins up to _BUILTIN_ROWS rows, numpy above) refuse what the reference refuses."
+       form=st.sampled_from(['list', 'int32']), data=st.data())
+def test_check_pools_on_both_paths(batch, num_pool, kind, form, data):
+    "Both ways check_pools checks (builtins up to _BUILTIN_ROWS rows, numpy above), on lists and int32 arrays, refuse what the reference refuses."
     batch = min(batch, num_pool) if kind == 'ok' else max(batch, 2 if kind == 'dup' else 1)
     rows = data.draw(st.permutations(range(num_pool)))[:batch] if kind == 'ok' else \
         data.draw(st.lists(st.integers(0, num_pool - 1), min_size=batch, max_size=batch))
@@ -356,96 +528,109 @@ def test_check_pools_on_both_paths(batch, num_pool, kind, data):
         _RINGS[num_pool] = FusedDecodeStep.create(302, 302, 4, device=DEV).bind(
             z, z.view(-1, 1), z.bool(), 10, torch.ones(num_pool, 1, dtype=torch.int32, device=DEV))
     step = _RINGS[num_pool]
-    sl = step.decode_slot()
-    sl.req_pool_indices[:len(rows)] = np.array(rows, dtype=np.int64).astype(np.int32)
+    arg = rows if form == 'list' else np.array(rows, dtype=np.int32)
     want = _pools_error_ref(rows, num_pool)
-    if want is None: step.ring.check_pools(sl.slot, len(rows))
-    else:
-        with pytest.raises(ValueError, match=re.escape(want)): step.ring.check_pools(sl.slot, len(rows))
+    sl = step.decode_slot()                  # the same rows written into a lease: the same verdict when it is issued
+    sl.req_pool_indices[:len(rows)] = rows
+    for check in (lambda: step.ring.planner.check_pools(arg, 'req_pool_indices'),
+                  lambda: step.issue_staged_decode(sl, len(rows), 1)):
+        if want is None: check()
+        else:
+            with pytest.raises(ValueError, match=re.escape(want)): check()
 
 
 # ---- every public ring method: host input that would write outside the buffers is refused --------------------------
 
-def _stage(ring, B=1, E=0, P=0, W=1, T=None, ovr=None):
-    s = ring.take()
-    pools = list(range(1, B + 1))
-    return ring.stage(s, pools, ovr, [1] * E, [0] * E, [1] * P, [1] * P, P, W, (B - E) * W + P if T is None else T)
+def _other_plan(st):
+    other, _ = _step(9)
+    return other.ring.planner.decode([1], 1)
 
-_BAD_RING = [   # (call on a bound step of max_bs=4, max_num_tokens=8, width 2; what the refusal names)
-    (lambda st: _stage(st.ring, B=40), 'a step of 40 requests'),
-    (lambda st: _stage(st.ring, B=5), 'a step of 5 requests'),
-    (lambda st: _stage(st.ring, B=2, E=1, P=40), '40 prefill tokens'),
-    (lambda st: _stage(st.ring, B=2, E=1, P=9), '9 prefill tokens'),
-    (lambda st: _stage(st.ring, B=2, W=10**6), 'width 1000000'),
-    (lambda st: _stage(st.ring, B=2, W=3), 'width 3'),
-    (lambda st: _stage(st.ring, B=2, T=-1), 'and -1 tokens'),
-    (lambda st: _stage(st.ring, B=2, E=3), '3 prefill rows'),
-    (lambda st: st.ring.commit(st.ring.take(), 5, 0, 0, 1, 5, False, False), 'batch=5'),
-    (lambda st: st.ring.commit(st.ring.take(), 2, 0, 0, 10**6, 2, False, False), 'width=1000000'),
-    (lambda st: st.ring.commit(st.ring.take(), 2, 0, 0, 1, 9, False, False), 'total_tokens=9'),
-    (lambda st: st.ring.commit(st.ring.take(), 2, 3, 0, 1, 2, False, False), 'num_extends=3'),
-    (lambda st: st.ring.commit(st.ring.take(), 2, 1, 5, 1, 2, False, False), 'prefill_tokens=5'),
-    (lambda st: st.ring.commit(st.ring.take(), 0, 0, 0, 0, 0, False, False, 5), 'dummy_rows=5'),
-    (lambda st: st.ring.commit(st.ring.take(), 1, 0, 0, 1, 1, False, False, sections=(64,) * 6 + (10**6,)),
-     'sections'),
-    (lambda st: st.ring.commit(st.ring.take(), 1, 0, 0, 1, 1, False, False, sections=(0,) * 7), 'sections'),
-    (lambda st: st.ring.pack(st.ring.take(), 'pool', list(range(10**4)), 'req_pool_indices'), 'past the staging'),
-    (lambda st: st.ring.pack(st.ring.take(), 'ids', [1] * 17, 'input_ids'), 'past the staging'),
-    (lambda st: st.ring.pack(st.ring.take(), 'cache_start', [1], 'x'), 'past the staging'),
-    (lambda st: st.ring.pack(st.ring.take(), 'pool', np.array([2**40]), 'req_pool_indices'), 'must hold int32'),
-    (lambda st: st.ring.launch(CAPTURE), 'launch issues ring slots 0 and 1'),
-    (lambda st: st.ring.launch(7), 'launch issues ring slots 0 and 1'),
-    (lambda st: st.ring.commit(1 - st.ring.take(), 0, 0, 0, 0, 0, False, False), 'is not the slot the ring handed out'),
-    (lambda st: st.ring.stage(5, [1], None, [], [], (), (), 0, 1, 1), 'is not the slot the ring handed out'),
-    (lambda st: st.ring.pack(CAPTURE, 'pool', [1], 'p'), 'is not the slot the ring handed out'),
-    (lambda st: st.ring.write_bound(o_input_ids=2**31), 'o_input_ids must be an integer in'),
-    (lambda st: st.ring.write_bound(batch=3), 'batch is not a bound header field'),
-    (lambda st: st(list(range(1, 5)), 10**6), 'uniform_input_length must be an integer in [1, 2]'),
-    (lambda st: st.dummy(4, 10**6), 'total_tokens must be an integer in [0, 8]'),
-    (lambda st: st.dummy(10**6, 1), 'batch_size must be an integer in [0, 4]'),
-    (lambda st: st.issue_staged_decode(st.decode_slot(), 40, 1), 'batch of 40 requests is larger than max_bs=4'),
-    (lambda st: st.issue_staged_decode(st.decode_slot(), 4, 10**6), 'uniform_input_length must be an integer in [1, 2]'),
+
+def _stale_plan(st):
+    "A plan of the step's planner before a bind (the same state, a new table)."
+    plan = st.ring.planner.decode([1], 1)
+    c, m, r, t, v, _ = st.binding
+    st.bind(c, m, r, v, t.clone())
+    return plan
+
+
+def _stale_lease(st):
+    sl = st.decode_slot(); sl.put([1])
+    st.ring.submit(st.ring.planner.dummy(0, 0))
+    return sl
+
+
+_BAD_RING = [   # (prepare on a bound step of max_bs=4, max_num_tokens=8, width 2 -> the call; what the refusal names)
+    (lambda st: lambda: st.ring.submit(_other_plan(st)), 'the plan was made by another planner'),
+    (lambda st: (lambda p: lambda: st.ring.submit(p))(_stale_plan(st)), 'the plan was made by another planner'),
+    (lambda st: (lambda p: lambda: st.ring.submit(p, captured=True))(_stale_plan(st)), 'the plan was made by another planner'),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.leased(1, 1)), 'a plan of a leased slot is issued with submit_lease'),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.leased(1, 1), captured=True), 'a plan of a leased slot'),
+    (lambda st: lambda: st.ring.submit((1, 2)), "plan must be a plan made by the ring's planner"),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.dummy(0, 0)[:-1]), "plan must be a plan made by the ring's planner"),
+    (lambda st: lambda: st.ring.submit(list(st.ring.planner.dummy(0, 0))), "plan must be a plan made by the ring's planner"),
+    (lambda st: lambda: st.ring.submit(None), "plan must be a plan made by the ring's planner"),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.dummy(0, 0), captured=1), 'captured must be True or False'),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.dummy(0, 0), captured=True, replace=None),
+     'replace must be True or False'),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.plan(ForwardOp([0, 1], [1, 2], [2, 2], decode_input_ids=[5, 2**31]), 4)),
+     'decode_input_ids must hold int32 integers, got decode_input_ids[1] = 2147483648'),
+    (lambda st: lambda: st.ring.submit(st.ring.planner.decode([1, 2.5], 2)),
+     'req_pool_indices must hold int32 integers, got req_pool_indices[1] = 2.5'),
+    (lambda st: lambda: st.ring.submit_lease(st.decode_slot(), _other_plan(st)), 'the plan was made by another planner'),
+    (lambda st: (lambda sl: lambda: st.ring.submit_lease(sl, st.ring.planner.leased(1, 1)))(_stale_lease(st)), 'is stale'),
+    (lambda st: (lambda sl: lambda: st.ring.submit_lease(sl, st.ring.planner.leased(1, 1)))(_foreign(st)),
+     'handed out by another InputBuffers'),
+    (lambda st: lambda: st.ring.submit_lease(st.decode_slot(), (1, 2)), "plan must be a plan made by the ring's planner"),
+    (lambda st: lambda: st.ring.submit_lease(st.decode_slot(), st.ring.planner.decode([1], 1)),
+     'a plan from lists is issued with submit(plan); a leased slot takes planner.leased(...)'),
+    (lambda st: lambda: st.ring.submit_lease(st.decode_slot(), st.ring.planner.dummy(1, 1)), 'a plan from lists is issued'),
+    (lambda st: (lambda sl: (sl.put([3, 3]), lambda: st.ring.submit_lease(sl, st.ring.planner.leased(2, 1)))[1])(st.decode_slot()),
+     'req_pool_indices holds pool row 3 twice (requests 0 and 1)'),
+    (lambda st: (lambda sl: (sl.put([3, 10]), lambda: st.ring.submit_lease(sl, st.ring.planner.leased(2, 1)))[1])(st.decode_slot()),
+     'req_pool_indices holds 10, outside the pool [0, 10)'),
+    (lambda st: lambda: st.ring.lease(captured='yes'), 'captured must be True or False'),
+    (lambda st: lambda: st.ring.lease(captured=True, replace=0), 'replace must be True or False'),
+    (lambda st: lambda: st.ring.slot_ints(3), 'slot must be an integer in [0, 2]'),
+    (lambda st: lambda: st.ring.write_bound(o_input_ids=2**31), 'o_input_ids must be an integer in'),
+    (lambda st: lambda: st.ring.write_bound(page_size=8, o_input_ids=2**31), 'o_input_ids must be an integer in'),
+    (lambda st: lambda: st.ring.write_bound(page_size=8, batch=3), 'batch is not a bound header field'),
+    (lambda st: lambda: st.ring.write_bound(ticket=3), 'ticket is not a bound header field'),
+    (lambda st: lambda: st.ring.write_bound(max_bs=3), "max_bs is the ring's own bound field"),
+    (lambda st: lambda: st.ring.write_bound(s_cache_start=0), "s_cache_start is the ring's own bound field"),
+    (lambda st: lambda: st.ring.write_bound(o_positions=1.0), 'o_positions must be an integer'),
+    (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=0, fim_width=2), 'num_pool must be an integer in [1,'),
+    (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=10), 'fim_width must be an integer, got None'),
+    (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=10, fim_width=2, o_seq_lens=-2**31 - 1),
+     'o_seq_lens must be an integer in'),
+    (lambda st: lambda: st(list(range(1, 5)), 10**6), 'uniform_input_length must be an integer in [1, 2]'),
+    (lambda st: lambda: st(list(range(1, 6)), 1), 'batch of 5 requests is larger than max_bs=4'),
+    (lambda st: lambda: st([1, 2, 3, 4, 5], 1, captured=True), 'batch of 5 requests is larger than max_bs=4'),
+    (lambda st: lambda: st([1, 2], 1, decode_input_ids=[5, 2**31], captured=True), 'decode_input_ids must hold int32'),
+    (lambda st: lambda: st.fill(ForwardOp([0, 1], [1, 2], [5, 2], [1] * 5, [1] * 5, [0], [5]), 6), 'total_tokens=6 differs from sum(input_lengths)=7'),
+    (lambda st: lambda: st.fill(ForwardOp([0], [1], [9], [1] * 9, [1] * 9, [0], [9]), 9),
+     'total_tokens=9 must be an integer in [0, max_num_tokens=8]'),
+    (lambda st: lambda: st.dummy(4, 10**6), 'total_tokens must be an integer in [0, 8]'),
+    (lambda st: lambda: st.dummy(10**6, 1), 'batch_size must be an integer in [0, 4]'),
+    (lambda st: lambda: st.issue_staged_decode(st.decode_slot(), 40, 1), 'batch of 40 requests is larger than max_bs=4'),
+    (lambda st: lambda: st.issue_staged_decode(st.decode_slot(), 4, 10**6), 'uniform_input_length must be an integer in [1, 2]'),
+    (lambda st: lambda: st.issue_staged_decode(st.decode_slot(), 1, 1, mamba=True), 'mamba=True, but the buffers have no Mamba'),
+    (lambda st: lambda: st.issue_staged_decode(st.decode_slot(), 1, 1, overrides=1), 'overrides must be True or False'),
 ]
 
 
-@pytest.mark.parametrize('call, msg', _BAD_RING)
-def test_public_ring_methods_never_write_outside_the_buffers(call, msg):
+@pytest.mark.parametrize('prepare, msg', _BAD_RING)
+def test_public_ring_methods_never_write_outside_the_buffers(prepare, msg):
     "Refused by name, with the whole slab (every buffer, the staging, and the bytes between) and the state untouched."
     step, state = _step(2, max_bs=4, max_tok=8, W=2)
+    graph = capture(step.issue_captured, DEV)
     step([1, 2], 2, [9, -1]); synchronize(DEV)
+    call = prepare(step)
+    synchronize(DEV)
     slab, mem = step.buffers.slab.clone(), [t.clone() for t in state]
-    with pytest.raises(ValueError, match=re.escape(msg)): call(step)
+    with pytest.raises(ValueError, match=re.escape(msg)): call()
     synchronize(DEV)
     assert torch.equal(step.buffers.slab, slab)
     for t, b in zip(state, mem): assert torch.equal(t, b)
     step([3], 1); synchronize(DEV)                         # and the step still works
     assert step.buffers.req_pool_indices_buf.tolist() == [3, 0, 0, 0]
-
-
-@settings(max_examples=15)
-@given(st.lists(st.tuples(st.integers(1, 70), st.booleans(), st.sampled_from(['replayed', 'not replayed', 'idle']),
-                          st.booleans(), st.booleans()), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
-def test_stage_captured_is_claim_then_stage(steps, seed):
-    "The one-call `stage_captured`, falling back to `claim` + `stage` as its callers do, against `claim` + `stage`: same refusals, slot, tickets and flags."
-    pair = []
-    for _ in range(2):
-        step, state = _step(seed, max_bs=70, max_tok=140, W=2, pool_rows=80)
-        pair.append((step, capture(step.issue_captured, DEV)))
-    for B, with_ovr, before, replace, bad in steps:
-        pools = list(range(1, B + 1))
-        ovr = ([-1, 5] * B)[:B] if with_ovr else None
-        if bad and B: (ovr if with_ovr else pools)[-1] = 2**31                        # not an int32: nothing committed
-        outs = []
-        for one_call, (step, graph) in zip((True, False), pair):
-            ring = step.ring
-            if before == 'replayed': graph.replay()
-            elif before == 'idle': graph.replay(); graph.replay()                     # the second runs no step
-            synchronize(DEV)
-            try:
-                named = lambda: ring.stage(ring.claim(replace), pools, ovr, [], [], (), (), 0, 2, 2 * B)
-                got = (ring.stage_captured(pools, ovr, [2] * B, 2, 2 * B, replace) or named()) if one_call else named()
-            except RuntimeError as e: got = str(e)
-            h = ring.slot_ints(CAPTURE)
-            outs.append((got, h[:STEP_HEADER.size].tolist(), h[64:64 + 2 * B].tolist() if got is True else None,
-                         ring.tickets, ring.idle_replays))
-        assert outs[0] == outs[1]

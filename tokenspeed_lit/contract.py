@@ -10,10 +10,10 @@ import torch
 from .device import HAS_ACCEL, as_device, triton_interpreted
 
 # %% auto #0
-__all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'int_list', 'int_seq', 'check_runnable',
-           'check_device', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len', 'check_capacity',
-           'check_positive', 'check_same_device', 'check_kernel_device', 'check_seconds', 'device_checks_enabled',
-           'device_value_checks', 'check_values', 'check_unique']
+__all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'check_flag', 'int_list', 'int_seq',
+           'check_runnable', 'check_device', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len',
+           'check_capacity', 'check_positive', 'check_same_device', 'check_kernel_device', 'check_seconds',
+           'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/07_contract.ipynb #00e8a28f
 class InputTypeError(TypeError, ValueError):
@@ -29,6 +29,13 @@ def check_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int
         rng = (f'in [{lo}, {hi}]' if lo is not None and hi is not None else f'>= {lo}' if lo is not None else f'<= {hi}')
         raise ValueError(f'{name} must be an integer {rng}, got {i}')
     return i
+
+# %% ../nbs/07_contract.ipynb #6375909d
+def check_flag(name: str, v) -> bool:
+    "`v` as a bool: `True`, `False` or a numpy bool; anything else (0, 1, strings, None) refused by name."
+    if v is True or v is False: return v
+    if isinstance(v, np.bool_): return bool(v)
+    raise InputTypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__})')
 
 # %% ../nbs/07_contract.ipynb #39d4df7e
 def int_list(name: str, values) -> list:

@@ -14,7 +14,7 @@ from .demo_requests import (SENTINEL, DemoConfig, Request, DemoViolation, LlamaM
                             system_prompts, request_mix)
 from .demo_pages import Pages, HostTier
 from .demo_checks import Checks, Faults
-from .demo_scheduler import (MIXED_PARTS, PARTS_EVERY, PREP_KEYS, StepTimer, Scheduler, Progress, serve, report,
+from .demo_scheduler import (PREP_KEYS, StepTimer, Scheduler, Progress, serve, report,
                              summary, threads_per_rank)
 from .demo_l3 import (L3_COUNTS, L3Plan, L3Instance, host_page_bytes, l3_segment_bytes, run_l3, instance_main,
                       l3_report, l3_json)
@@ -182,9 +182,6 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                            decode_staged=dict(steps=s.get('prep_staged_us_n'), span_us=us('prep_staged_us')),
                            mixed=dict(steps=s.get('prep_us_n'), fill_input_buffers_us=us('prep_us'),
                                       hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),
-                           mixed_calls=dict(steps=s.get('prep_parts_mixed_us_n'),
-                                            fill_input_buffers_us=us('prep_parts_mixed_us'),
-                                            **{f'{p}_us': us(f'prep_mixed_part_{p}_us') for p in MIXED_PARTS}),
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
                 step_kinds={k: s.get(k) for k in ('graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps')},
                 tokens=s.get('tokens'), checks=s.get('checks'), kv_compared=s.get('kv_compared'),

@@ -21,26 +21,17 @@ from .demo_pages import Pages, HostTier
 from .demo_checks import Checks, Faults
 
 # %% auto #0
-__all__ = ['MIXED_PARTS', 'PARTS_EVERY', 'PREP_KEYS', 'StepTimer', 'Scheduler', 'Progress', 'threads_per_rank', 'serve', 'median',
-           'report', 'summary']
+__all__ = ['PREP_KEYS', 'StepTimer', 'Scheduler', 'Progress', 'threads_per_rank', 'serve', 'median', 'report', 'summary']
 
 # %% ../nbs/34_demo_scheduler.ipynb #7a29f7ed
-MIXED_PARTS = ('stage_lists', 'replay')   # the lists and the header (the ring's `stage` less its replay); one replay:
-                                          # the copy, the kernel, the prefill rows' positions
-PARTS_EVERY = 4      # one step in 4 times the calls inside instead of the span (timing them costs a little: not in the medians)
-PREP_KEYS = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_parts_mixed_us',
-             'prep_staged_us', *(f'prep_mixed_part_{p}_us' for p in MIXED_PARTS))   # per-step host times (us)
+PREP_KEYS = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_staged_us')   # per-step
+                                                                                                   # host times (us)
 
 class StepTimer:
-    "A step's input preparation timed in the loop: the span of the engine's one call, or its parts (the ring times them)."
+    "A step's input preparation timed in the loop: the span of the engine's one call, from the outside."
     def __init__(self, cfg: DemoConfig, stats: dict):
-        self.cfg, self.stats, self.got = cfg, stats, {}
+        self.cfg, self.stats = cfg, stats
         self.in_prep = False                                 # inside a step's input preparation (for the gc count)
-
-    def time(self, part: str, fn, *args):
-        "`fn(*args)`, its host time added to `part`'s: the ring calls this around `stage` and its replay."
-        t0 = time.perf_counter(); r = fn(*args); self.got[part] = self.got.get(part, 0.0) + time.perf_counter() - t0
-        return r
 
     def on_gc(self, phase: str, info: dict):
         "A `gc.callbacks` entry: counts the collections that start inside a step's input preparation."
@@ -50,17 +41,9 @@ class StepTimer:
         "One `fill_input_buffers` call, timed (`captured`: staged for the decode graph); repeated at once on steps without overrides."
         st, clk, cfg = self.stats, time.perf_counter, self.cfg
         span = 'prep_decode_us' if decode else 'prep_us'
-        parts = cfg.repeat_prep and not decode and len(st[span]) >= (PARTS_EVERY - 1) * (len(st['prep_parts_mixed_us']) + 1)
-        if parts: self.got, bufs.step.ring.timer = {}, self      # lent to the ring for this one call
         self.in_prep = True            # the span is the engine's call as it would write it: nothing else inside
         t0 = clk(); bufs.fill_input_buffers(op, states, table, total, table_order='batch', captured=captured); t1 = clk()
         self.in_prep = False
-        if parts:
-            bufs.step.ring.timer, got = None, self.got
-            st['prep_parts_mixed_us'].append(1e6 * (t1 - t0))
-            got['stage_lists'] = got.get('stage', 0.0) - got.get('replay', 0.0)   # `stage` replays the ring slot's graph
-            for p in MIXED_PARTS: st[f'prep_mixed_part_{p}_us'].append(1e6 * got.get(p, 0.0))
-            return
         st[span].append(1e6 * (t1 - t0))
         if cfg.repeat_prep and all(x == -1 for x in op.decode_input_ids or []):   # the same step again at once
             t0 = clk()                                    # (`replace`: the first was never replayed)
@@ -434,9 +417,6 @@ def report(stats: dict) -> str:
         *([f"staged decode        every other graph step written straight into the capture slot instead (decode_slot, "
            f"put, fill_staged_decode): median {med('prep_staged_us'):.0f} us over {stats['prep_staged_us_n']} steps"]
           if stats.get('prep_staged_us_n') else []),
-        *([f"fill_input_buffers   its calls on a step with prefill rows (median over {stats['prep_parts_mixed_us_n']} "
-           f"other such steps): " + ', '.join(f"{p} {med(f'prep_mixed_part_{p}_us'):.0f}" for p in MIXED_PARTS) +
-           f" us, of {med('prep_parts_mixed_us'):.0f} us"] if stats.get('prep_parts_mixed_us_n') else []),
         f"garbage collector    {stats.get('gc_gen0', 0)} gen-0 collections during the run, "
         f"{stats.get('gc_in_prep', 0)} inside a step's input preparation",
         f"checks passed        {stats['checks']}"])

@@ -5,7 +5,7 @@ are produced with this script on a GPU machine:  python tools/run_nbs.py --flags
 Cells marked `#| eval: false` are skipped, as are cells marked with a test flag from settings.ini
 (`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides. With --only TEXT, a flagged
 cell runs only if its source contains TEXT (the others keep their saved outputs): one benchmark of a notebook re-run,
-e.g. --flags gpu --only bench_serving_loop nbs/15_input_buffers.ipynb."""
+e.g. --flags gpu --only bench_serving_loop nbs/16_input_buffers.ipynb."""
 import argparse, configparser, os, sys, time
 from pathlib import Path
 from nbcells import split_directives, is_false
