@@ -1,7 +1,9 @@
 """`make demo` at its CPU defaults, one rank and two (gloo), plus fault injection: the checks must catch a stale
 padded tail, a write into a free page and a wrong page in a request's history (through its logits), exit non-zero,
 and name the request, position and slot. With Mooncake installed the default run has the L3 scenario (a second
-engine instance loading the shared prefixes the first stored), and it survives its master killed mid-run."""
+engine instance loading the shared prefixes the first stored), and it survives its master killed mid-run. A fault the
+options cannot fire is a usage error before anything is built, every injection is counted (`fault_fired` in the
+report), and a run whose fault never fired fails."""
 import functools, hashlib, json, os, subprocess, sys, time
 import numpy as np
 import pytest
@@ -90,6 +92,7 @@ def test_demo_survives_l3_master_killed(tmp_path):
     assert failed > 0 and f'{failed} pages failed, {failed * 4} prefill tokens recomputed' in fault
     rep = json.loads((tmp_path / 'report.json').read_text())
     assert rep['passed'] and rep['l3']['pages_failed'] == failed and rep['l3']['master_killed_at_step'] > 0
+    assert rep['fault_fired'] == 1 and 'fault                l3-down: injected 1 time' in r.stdout    # the master, once
     assert rep['l3']['pages_hit'] > 0                               # the requests admitted before the outage
     assert set(rep) >= {'gpu', 'torch', 'triton', 'prep_us', 'parts'}
     assert set(rep['prep_us']) == {'decode_median', 'mixed_median', 'decode_hot', 'mixed_hot'}
@@ -116,11 +119,14 @@ def test_demo_without_mooncake():
     ('stray-write', 2, ['slot', 'owned by no request']),
     ('wrong-page', 1, ['logits of request', 'at position', 'slot', "differ from transformers'", 'tolerance']),
 ])
-def test_demo_catches_injected_faults(fault, ranks, words):
-    r = demo('--fault', fault, '--ranks', str(ranks), '--requests', '16')
+def test_demo_catches_injected_faults(fault, ranks, words, tmp_path):
+    r = demo('--fault', fault, '--ranks', str(ranks), '--requests', '16', '--report', str(tmp_path / 'r.json'))
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     for w in words: assert w in line, line
+    rep = json.loads((tmp_path / 'r.json').read_text())          # how often it fired before the checks caught it
+    if ranks == 1: assert rep['fault_fired'] == 1 and f'{fault}: injected 1 time' in r.stdout, r.stdout
+    else: assert rep['fault_fired'] is None and 'injections unknown (the run failed before it reported them)' in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize('args, msg', [
@@ -178,12 +184,13 @@ def test_demo_hybrid_model_passes_every_check():
 
 
 @pytest.mark.parametrize('fault', ['wrong-checkpoint', 'rejected-draft'])
-def test_demo_hybrid_catches_state_faults(fault):
+def test_demo_hybrid_catches_state_faults(fault, tmp_path):
     "A request resuming a shared prefix from the checkpoint of the page before, or a rejected draft token's update left in a state: the logits or state check names the request."
-    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--fault', fault)
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--fault', fault, '--report', str(tmp_path / 'r.json'))
     assert r.returncode == 1, r.stdout + r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     assert ('logits of request' in v or 'working state of request' in v or 'copies) of request' in v) and 'tolerance' in v, v
+    assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] >= 1     # counted where the model applied it
 
 
 
@@ -207,12 +214,19 @@ def test_demo_hybrid_l3_scenario_resumes_from_loaded_checkpoints(tmp_path):
 
 
 @mooncake_missing
-def test_demo_hybrid_l3_wrong_checkpoint_is_caught():
-    "--fault l3-wrong-checkpoint: instance 2 resumes a request loaded from L3 from the state row of the page before its checkpoint's; the state or logits check names the request."
-    r = demo('--model', 'hybrid', '--requests', str(HYBRID_N), '--fault', 'l3-wrong-checkpoint')
+@pytest.mark.parametrize('fault', ['l3-wrong-checkpoint', 'l3-bad-page'])
+def test_demo_hybrid_l3_faults_are_caught(fault, tmp_path):
+    """--fault l3-wrong-checkpoint: instance 2 resumes a request loaded from L3 from the state row of the page before
+    its checkpoint's; the state or logits check names the request. --fault l3-bad-page on the hybrid model spoils K in
+    its full-attention layer (its first layers keep states: the injection into layer 0 ended in a traceback, 17 s in),
+    and the K and V check names the layer, request and position."""
+    r = demo('--model', 'hybrid', '--requests', str(HYBRID_N), '--fault', fault, '--report', str(tmp_path / 'r.json'))
     assert r.returncode == 1, r.stdout + r.stderr
+    assert 'Traceback' not in r.stderr, r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
-    assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
+    if fault == 'l3-bad-page': assert 'instance 2' in v and 'layer 3 K of request 5000' in v and 'at position 1' in v, v
+    else: assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
+    assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] == 1
 
 def test_hybrid_padded_rows_must_write_the_padding_row():
     "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."
@@ -352,6 +366,89 @@ def test_what_an_option_sizes_is_bounded(args, words, setup, monkeypatch, capsys
     args = [a.format(MAX_REQUESTS=demo.MAX_REQUESTS, MAX_REQUESTS_PLUS_1=demo.MAX_REQUESTS + 1) for a in args]
     err = usage_error(args, monkeypatch, capsys)
     for w in words: assert w in err, err
+
+
+@pytest.mark.parametrize('args, words, setup', [
+    (['--fault', 'rejected-draft', '--no-l3'], ['--fault rejected-draft needs --model hybrid, got --model llama'], None),
+    (['--fault', 'wrong-checkpoint', '--no-l3', '--ranks', '2'], ['--fault wrong-checkpoint needs --model hybrid'], None),
+    (['--model', 'hybrid', '--no-l3', '--verify-width', '1', '--fault', 'rejected-draft'],
+     ['--fault rejected-draft needs --verify-width 2, got --verify-width 1', 'no draft to reject'], None),
+    # the first two requests of a rank arrive together, before any checkpoint: no prefix hit on any rank
+    (['--model', 'hybrid', '--no-l3', '--requests', '2', '--fault', 'wrong-checkpoint'],
+     ['--fault wrong-checkpoint needs a prefix hit, and with --requests 2 and --seed 0 none can come', 'more --requests'], None),
+    (['--model', 'hybrid', '--no-l3', '--requests', '2', '--ranks', '3', '--fault', 'wrong-checkpoint'],
+     ['--fault wrong-checkpoint needs a prefix hit'], None),
+    (['--model', 'hybrid', '--requests', '1', '--fault', 'wrong-checkpoint'], ['--fault wrong-checkpoint needs a prefix hit'], 'l3'),
+    # --seed 2: instance 1's one request starts with system prompt 1, instance 2's with system prompt 0
+    (['--requests', '1', '--seed', '2', '--fault', 'l3-bad-page'],
+     ['--fault l3-bad-page needs a request of the second instance that loads a page from L3',
+      'with --requests 1 and --seed 2 none can', 'more --requests, or another --seed'], 'l3'),
+    (['--model', 'hybrid', '--requests', '1', '--seed', '2', '--fault', 'l3-wrong-checkpoint'],
+     ['--fault l3-wrong-checkpoint needs a request of the second instance that loads two pages or more from L3'], 'l3'),
+    (['--fault', 'l3-bad-page', '--no-l3'], ['--fault l3-bad-page needs the L3 scenario, which this run skips: turned off'], 'l3'),
+    (['--fault', 'l3-down', '--ranks', '2'], ['--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'], 'l3'),
+])
+def test_a_fault_that_cannot_fire_is_refused(args, words, setup, monkeypatch, capsys):
+    """A fault the options cannot fire is a usage error before anything is built, naming the options: the model and
+    verify width it needs, the L3 scenario, and a request mix (read from each rank's engine stream, no model built)
+    with no prefix hit to spoil or no page to load from L3. `--fault rejected-draft --verify-width 1` used to run with
+    no draft to reject, and a `wrong-checkpoint` run too small for a prefix hit ended 'all checks passed'."""
+    from tokenspeed_lit import demo
+    monkeypatch.delenv('RANKS', raising=False)
+    if setup == 'l3': monkeypatch.setattr(demo, 'mooncake_available', lambda: True)   # the scenario would run
+    err = usage_error(args, monkeypatch, capsys)
+    for w in words: assert w in err, err
+
+
+def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
+    "Each fault has its needs stated (`FAULTS`, in --help too) and passes check_options where they are met."
+    from tokenspeed_lit import demo
+    monkeypatch.delenv('RANKS', raising=False)
+    monkeypatch.setattr(demo, 'mooncake_available', lambda: True)
+    ap = demo.parser()
+    assert ap._option_string_actions['--fault'].choices == ['none', *demo.FAULTS]
+    helptext = ap._option_string_actions['--fault'].help        # (the rendered help breaks names at hyphens)
+    for fault, f in demo.FAULTS.items():
+        assert f['needs'] and f['outcome'] in ('caught', 'survived') and f"'{fault}' " in helptext
+        cfg, skip = demo.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
+                                                          '--requests', str(HYBRID_N)]))
+        assert cfg.fault == fault and skip is None
+    assert 'a run whose fault never fired fails' in helptext
+
+
+@pytest.mark.parametrize('fault, fired, code, words', [
+    ('stale-tail', 0, 1, ['fault                stale-tail: injected 0 times', 'FAILED: fault stale-tail never fired',
+                          'it needs a step after the 5th']),
+    ('stale-tail', 2, 1, ['FAILED: fault stale-tail fired 2 times and no check caught it']),
+    ('l3-down', 0, 1, ['FAILED: fault l3-down never fired']),
+    ('l3-down', 1, 0, ['fault                l3-down: injected 1 time', 'all checks passed']),
+    ('none', 0, 0, ['all checks passed']),
+])
+def test_the_fault_decides_a_run_that_passed_its_checks(fault, fired, code, words, monkeypatch, capsys):
+    "A run with a fault to catch passes no check of it unless the fault fired and a check stopped it; one it must survive passes only where it struck."
+    from tokenspeed_lit import demo
+    monkeypatch.delenv('RANKS', raising=False)
+    monkeypatch.setattr(demo, 'mooncake_available', lambda: True)
+    monkeypatch.setattr(demo, '_run', lambda cfg, ranks, skip: (dict(checks=5, fault_fired=fired), dict(lines='L3 lines')))
+    monkeypatch.setattr(demo, 'report', lambda stats: 'the report')
+    assert demo.main(['--fault', fault, '--requests', '4']) == code
+    out = capsys.readouterr().out
+    for w in words: assert w in out, out
+    assert ('all checks passed' in out) == (code == 0)
+
+
+def test_a_fault_that_never_fired_fails_the_run(tmp_path):
+    """One request of one output token (--seed 45, on the CPU's sizes and a GPU's) is done in one step, long before
+    a stale tail (step 6) could be left: the run says its fault never fired and fails, and its report records 0
+    injections. It used to end 'all checks passed'."""
+    r = demo('--no-l3', '--requests', '1', '--seed', '45', '--fault', 'stale-tail', '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert 'all checks passed' not in r.stdout and 'Traceback' not in r.stderr
+    assert 'fault                stale-tail: injected 0 times' in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1].startswith('FAILED: fault stale-tail never fired'), r.stdout
+    rep = json.loads((tmp_path / 'r.json').read_text())
+    assert rep['fault_fired'] == 0 and not rep['passed'] and 'never fired' in rep['failure'] and rep['checks'] > 0
+    assert rep['requests'] == 1 and rep['steps'] == 1
 
 
 def test_the_requests_bound_is_what_a_request_holds():

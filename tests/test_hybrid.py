@@ -3,7 +3,9 @@ staged steps: requests prefilled in random chunks across page boundaries and dec
 boundaries, a request resuming from a copy-on-write of another's checkpoint, and decode steps padded as a captured
 graph runs them. Every logit, every working state and every checkpoint must be transformers' within the tolerance;
 padded rows write only the padding state row; a wrong checkpoint is caught."""
+import functools
 import random
+import re
 import pytest
 import torch
 from tokenspeed_lit.device import default_device
@@ -16,11 +18,17 @@ MODEL = tiny_qwen35(seed=5, device=DEV)
 MAX_BS = 4
 
 
+@functools.lru_cache(maxsize=None)
+def _reference(seq: tuple, new_tokens: int):
+    "transformers' reference for a sequence, once per module (read only: the tests compare with it)."
+    return run_hybrid_reference(MODEL, list(seq), new_tokens)
+
+
 class Engine:
     "The test's scheduler: requests with pages and a working state row, staged by fill_input_buffers, checked every step."
     def __init__(self, seqs, ps, new_tokens=4):
         c = MODEL.config
-        self.ps, self.refs = ps, [run_hybrid_reference(MODEL, s, new_tokens) for s in seqs]
+        self.ps, self.refs = ps, [_reference(tuple(s), new_tokens) for s in seqs]
         self.plen = [len(s) for s in seqs]
         self.pool = PagedKVPool(160, ps, c.num_hidden_layers, num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
                                 dtype=torch.float32, device=DEV, **state_shapes(MODEL))
@@ -142,3 +150,190 @@ def test_a_padded_tail_past_the_rows_stays_finite():
     assert torch.isfinite(logits).all()
     assert all(torch.isfinite(t).all() for t in e.pool.k_buffer + e.pool.v_buffer if t is not None)
     assert max(e.worst) <= TOLERANCE, e.worst
+
+
+# ---- refused state rows: every check runs before the step's first write ------------------------------------
+
+def _two_requests():
+    "Requests 0 and 1 prefilled 5 and 2 tokens (states in both working rows); the step staged next: 4 more tokens each."
+    e = Engine([[(7 * i) % 250 + 2 for i in range(13)], [(11 * i) % 250 + 2 for i in range(9)]], 4)
+    e.admit(0); e.admit(1)
+    e.step([(0, 5), (1, 2)])
+    t = lambda i: e.refs[i].tokens[e.cache[i]:e.cache[i] + 5]
+    op = ForwardOp(request_ids=[0, 1], request_pool_indices=[1, 2], input_lengths=[4, 4], input_ids=t(0)[:4] + t(1)[:4],
+                   shifted_input_ids=t(0)[1:] + t(1)[1:], extend_prefix_lens=[5, 2], prefill_lengths=e.plen,
+                   mamba_pool_indices=[e.work[0], e.work[1]], mamba_cow_src_indices=[-1, -1],
+                   mamba_branching_seqlens=[-1, -1], mamba_track_pool_indices=[-1, -1])
+    e.bufs.fill_input_buffers(op, e.rs, e.table, 8, table_order='pool')     # rows 0, 1: lengths 6..9 and 3..6
+    v = dict(w0=e.work[0], w1=e.work[1], p0=e.pages[0][1], p1=e.pages[1][0])   # p0, p1: the pages ending at 8 and 4
+    return e, v
+
+
+def _snapshot(e):
+    return ([t.clone() for pair in e.pool.state_slabs for t in pair] +
+            [t.clone() for t in e.pool.k_buffer + e.pool.v_buffer if t is not None])
+
+
+def _lists(**kw):
+    "Write Mamba lists (name -> values, rows 0.. ) straight into the buffers, as anything writing them could."
+    def poke(e, v):
+        for name, vals in kw.items():
+            getattr(e.bufs, name + '_buf')[:len(vals)] = torch.tensor([v[x] if isinstance(x, str) else x for x in vals])
+        return 8, 2
+    return poke
+
+
+def _padded(**kw):
+    "The two rows padded to MAX_BS rows (a captured graph's), then `kw` (buffer -> {row: value}) written."
+    def poke(e, v):
+        for name, at in kw.items():
+            for row, x in at.items(): getattr(e.bufs, name + '_buf')[row] = v[x] if isinstance(x, str) else x
+        return 8 + MAX_BS - 2, MAX_BS
+    return poke
+
+
+def _other(f):
+    def poke(e, v):
+        return f(e, v) or (8, 2)
+    return poke
+
+
+REFUSED = {
+    # (a) two live rows on one working row
+    'shared working row': (_lists(mamba_pool_indices=['w0', 'w0']), "mamba_pool_indices[1] = {w0} is also row 0's working row"),
+    # (b) negatives other than -1, in every list
+    'working row -2': (_lists(mamba_pool_indices=['w0', -2]), 'mamba_pool_indices[1] = -2: the only negative is -1'),
+    'cow source -2': (_lists(mamba_cow_src_indices=[-2, -1]), 'mamba_cow_src_indices[0] = -2: the only negative is -1'),
+    'cow source -3': (_lists(mamba_cow_src_indices=[-1, -3]), 'mamba_cow_src_indices[1] = -3: the only negative is -1'),
+    'checkpoint row -2': (_lists(mamba_track_pool_indices=[-2, -1], mamba_branching_seqlens=[8, -1]),
+                          'mamba_track_pool_indices[0] = -2: the only negative is -1'),
+    'checkpoint row -3': (_lists(mamba_track_pool_indices=[-1, -3], mamba_branching_seqlens=[-1, 4]),
+                          'mamba_track_pool_indices[1] = -3: the only negative is -1'),
+    'checkpoint length -2': (_lists(mamba_branching_seqlens=[-2, -1]), 'mamba_branching_seqlens[0] = -2'),
+    'checkpoint length without a row': (_lists(mamba_branching_seqlens=[8, -1]),
+                                        'mamba_track_pool_indices[0] = -1 with mamba_branching_seqlens[0] = 8'),
+    'checkpoint row without a length': (_lists(mamba_track_pool_indices=['p0', -1]),
+                                        'mamba_track_pool_indices[0] = {p0} with mamba_branching_seqlens[0] = -1'),
+    # (c) a checkpoint row that is a working row (its own or another's), or another row's checkpoint row
+    'checkpoint on its own working row': (_lists(mamba_track_pool_indices=['w0', -1], mamba_branching_seqlens=[8, -1]),
+                                          'mamba_track_pool_indices[0] = {w0} is its own working row'),
+    "checkpoint on another's working row": (_lists(mamba_track_pool_indices=[-1, 'w0'], mamba_branching_seqlens=[-1, 4]),
+                                            "mamba_track_pool_indices[1] = {w0} is row 0's working row"),
+    'two checkpoints on one row': (_lists(mamba_track_pool_indices=['p0', 'p0'], mamba_branching_seqlens=[8, 4]),
+                                   "mamba_track_pool_indices[1] = {p0} is also row 0's checkpoint row"),
+    # a copy-on-write source the step writes
+    'cow from its own working row': (_lists(mamba_cow_src_indices=['w0', -1]), 'mamba_cow_src_indices[0] = {w0} is its own working row'),
+    "cow from another's working row": (_lists(mamba_cow_src_indices=[-1, 'w0']), "mamba_cow_src_indices[1] = {w0} is row 0's working row"),
+    "cow from a checkpoint of the step": (_lists(mamba_cow_src_indices=[-1, 'p0'], mamba_track_pool_indices=['p0', -1],
+                                                 mamba_branching_seqlens=[8, -1]),
+                                          "mamba_cow_src_indices[1] = {p0} is row 0's checkpoint row"),
+    # the padding row, which padded rows overwrite, as a live row's row; a padded row that copies or checkpoints
+    'working row on the padding row': (_lists(mamba_pool_indices=[0, 'w1']), 'mamba_pool_indices[0] = 0 is the padding state row'),
+    'checkpoint on the padding row': (_lists(mamba_track_pool_indices=[0, -1], mamba_branching_seqlens=[8, -1]),
+                                      'mamba_track_pool_indices[0] = 0 is the padding state row'),
+    'cow from the padding row': (_lists(mamba_cow_src_indices=[0, -1]), 'mamba_cow_src_indices[0] = 0 is the padding state row'),
+    'padded row with a cow source': (_padded(mamba_cow_src_indices={2: 'p0'}),
+                                     'mamba_cow_src_indices[2] = {p0} on a padded row (mamba_pool_indices[2] = -1)'),
+    'padded row with a checkpoint': (_padded(mamba_track_pool_indices={3: 'p1'}, mamba_branching_seqlens={3: 1}),
+                                     'mamba_track_pool_indices[3] = {p1} on a padded row'),
+    'live row without its lists': (_padded(state_write_req_pool_indices={3: 5}),
+                                   'row 3 has no mamba_pool_index and is not a padded row'),
+    # (d) past the state rows
+    'working row past the pool': (_lists(mamba_pool_indices=['w0', 160]), 'mamba_pool_indices[1] = 160 is past the pool (160 state rows)'),
+    'cow source past the pool': (_lists(mamba_cow_src_indices=[999, -1]), 'mamba_cow_src_indices[0] = 999 is past the pool'),
+    'checkpoint past the pool': (_lists(mamba_track_pool_indices=[160, -1], mamba_branching_seqlens=[8, -1]),
+                                 'mamba_track_pool_indices[0] = 160 is past the pool'),
+    'checkpoint outside the step': (_lists(mamba_track_pool_indices=['p0', -1], mamba_branching_seqlens=[12, -1]),
+                                    'row 0: its checkpoint at length 12 is not in this step (lengths 6..9)'),
+    # what else the step reads before its layers: its rows' tokens, lengths and KV slots
+    'more tokens than the step': (_other(lambda e, v: (7, 2)), 'the 2 rows hold 8 tokens (input_lengths), more than num_tokens = 7'),
+    'a length short of its tokens': (_other(lambda e, v: e.bufs.seq_lens_buf.__setitem__(1, 3)),
+                                     'row 1: input_lengths[1] = 4 with seq_lens[1] = 3'),
+    'a negative KV slot': (_other(lambda e, v: e.bufs.out_cache_loc_buf.__setitem__(5, -1)),
+                           'out_cache_loc[5] = -1 is not a KV slot of the pool (0..639)'),
+    'a page past the pool': (_other(lambda e, v: e.table.__setitem__((2, 0), 500)),
+                             'the page table row of token 4 names page 500, past the pool (160 pages)'),
+}
+
+
+@pytest.mark.parametrize('kind', REFUSED)
+def test_a_bad_state_row_is_refused_before_any_write(kind):
+    e, v = _two_requests()
+    poke, msg = REFUSED[kind]
+    N, B = poke(e, v)
+    before = _snapshot(e)
+    with pytest.raises(ValueError, match=re.escape(msg.format(**v))):
+        e.model.forward(N, B)
+    assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(e))), 'a refused step wrote'
+
+
+def test_distinct_rows_run_and_equal_transformers():
+    "The control of the refusals above: the same step, its rows distinct, runs; states and checkpoints are the reference's."
+    e, v = _two_requests()
+    _lists(mamba_track_pool_indices=['p0', 'p1'], mamba_branching_seqlens=[8, 4])(e, v)
+    e.model.forward(8, 2)
+    assert max(e.diff(e.states(v['w0']), 0, 9), e.diff(e.states(v['w1']), 1, 6),
+               e.diff(e.states(v['p0']), 0, 8), e.diff(e.states(v['p1']), 1, 4)) <= TOLERANCE
+
+
+# ---- every layer's tensors, at binding and before a step writes ---------------------------------------------
+
+def _replace_slab(layer, kind, make):
+    "Replace state layer `layer`'s conv (kind 0) or recurrent (1) slab by `make(pool, old)`."
+    def f(pool):
+        i = pool.state_layers.index(layer)
+        pair = list(pool.state_slabs[i]); pair[kind] = make(pool, pair[kind]); pool.state_slabs[i] = tuple(pair)
+    return f
+
+
+def _kv_of(pool, layer, t):
+    pool.k_buffer[layer] = t
+
+
+BAD_TENSORS = {
+    'a later layer of the wrong shape': (_replace_slab(2, 1, lambda p, t: t[:, :2].clone()),
+                                         'layer 2: pool state rows are conv [128, 4], recurrent [2, 16, 16]', ValueError),
+    'a later layer of the wrong dtype': (_replace_slab(2, 0, lambda p, t: t.double()),
+                                         'layer 2: conv holds torch.float64, the model computes in torch.float32', TypeError),
+    'a later layer short of rows': (_replace_slab(1, 1, lambda p, t: t[:8].clone()),
+                                    'layer 1: its recurrent slab has 8 state rows, the pool 160 page ids', ValueError),
+    'a later layer on another device': (_replace_slab(2, 1, lambda p, t: torch.empty_like(t, device='meta')),
+                                        'layer 2: its recurrent slab is on meta', ValueError),
+    'a later layer not contiguous': (_replace_slab(1, 0, lambda p, t: t.transpose(1, 2).contiguous().transpose(1, 2)),
+                                     'layer 1: its conv slab is not contiguous', ValueError),
+    'two layers on one slab': (lambda pool: pool.state_slabs.__setitem__(2, pool.state_slabs[0]),
+                               'slab of layer 2 share memory', ValueError),
+    'a slab inside another': (_replace_slab(1, 0, lambda p, t: p.state_slabs[0][0].view(-1)[:t.numel()].view(t.shape)),
+                              'the conv slab of layer 0 and the conv slab of layer 1 share memory', ValueError),
+    'a K tensor inside a slab': (lambda pool: _kv_of(pool, 3, pool.state_slabs[0][0].view(-1)[:pool.k_buffer[3].numel()]
+                                                     .view(pool.k_buffer[3].shape)), 'share memory', ValueError),
+    'a K tensor of the wrong dtype': (lambda pool: _kv_of(pool, 3, pool.k_buffer[3].double()),
+                                      'layer 3: K holds torch.float64', TypeError),
+}
+
+
+@pytest.mark.parametrize('when', ['binding', 'forward'])
+@pytest.mark.parametrize('kind', BAD_TENSORS)
+def test_every_layers_tensors_are_checked_before_any_write(kind, when):
+    spoil, msg, exc = BAD_TENSORS[kind]
+    e, v = _two_requests()
+    tensors = [t for pair in e.pool.state_slabs for t in pair] + [t for t in e.pool.k_buffer + e.pool.v_buffer if t is not None]
+    before = [t.clone() for t in tensors]               # the pool's own tensors (a replacement may be a view of one)
+    spoil(e.pool)
+    with pytest.raises(exc, match=re.escape(msg)):
+        if when == 'binding': PagedHybrid(MODEL, e.pool, e.bufs, e.table, 'pool')
+        else: e.model.forward(8, 2)                      # bound before the tensor was replaced
+    assert all(torch.equal(t, b) for t, b in zip(tensors, before)), 'a refused step wrote'
+
+
+@pytest.mark.parametrize('field,value,msg', [
+    ('state_write_padding_pool_index', 160, 'state_write_padding_pool_index = 160 is not a state row of the pool (0..159)'),
+    ('dummy_kv_slot', 640, 'dummy_kv_slot = 640 is not a KV slot of the pool (0..639)')])
+def test_padding_values_outside_the_pool_are_refused_at_binding(field, value, msg):
+    e = Engine([[5, 6, 7]], 4)
+    before = _snapshot(e)
+    bufs = InputBuffers(MAX_BS, 48, 4, **{'dummy_kv_slot': 0, 'state_write_padding_pool_index': 0, field: value},
+                        device=DEV, has_mamba=True)
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        PagedHybrid(MODEL, e.pool, bufs, e.table, 'pool')
+    assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(e)))

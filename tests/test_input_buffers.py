@@ -734,3 +734,15 @@ def test_no_public_way_in_writes_past_the_buffers(call, msg):
     synchronize(DEV)
     assert torch.equal(ib.slab, slab)
     for a, b in zip(state_of(rs), state): assert torch.equal(a, b)
+
+
+def test_a_table_order_other_than_pool_or_batch_is_refused_when_bound_too():
+    "`table_order` is named whether or not the buffers are bound already (a bound step does not read an unknown order as 'pool')."
+    rs = RuntimeStates(16, 100, device=DEV)
+    table = torch.zeros(17, 4, dtype=torch.int32, device=DEV)
+    ib = InputBuffers(8, 32, 4, 0, 16, DEV)
+    op = ForwardOp([0], [3], [1])
+    ib.fill_input_buffers(op, rs, table, 1)
+    for order in (1, 'Pool', None):
+        with pytest.raises(ValueError, match=re.escape(f"table_order must be 'pool' or 'batch', got {order!r}")):
+            ib.fill_input_buffers(op, rs, table, 1, table_order=order)

@@ -71,6 +71,23 @@ def test_lists_the_configuration_cannot_use_are_refused():
         ib.fill_input_buffers(ForwardOp([0], [3], [2], input_ids=[7, 8]), rs, table, 2)
 
 
+@pytest.mark.parametrize('build', ['InputBuffers', 'FusedDecodeStep.create', 'PaddedBuffers', 'padding_values'])
+@pytest.mark.parametrize('field,value', [('state_write_padding_pool_index', -1), ('state_write_padding_pool_index', -3),
+                                         ('dummy_kv_slot', -1), ('state_write_padding_pool_index', 2**31)])
+def test_padding_rows_and_slots_must_be_indices(build, field, value):
+    "The state row and KV slot the padded rows write are indices: a negative one (torch reads -1 as the last row, a "
+    "live request's) or one past the int32 header is refused by name, however the buffers are built."
+    from tokenspeed_lit.fused_decode import FusedDecodeStep
+    from tokenspeed_lit.padding import PaddedBuffers, padding_values
+    kw = {'dummy_kv_slot': 0, 'state_write_padding_pool_index': 0, field: value}
+    calls = {'InputBuffers': lambda: InputBuffers(4, 16, 4, device=DEV, has_mamba=True, **kw),
+             'FusedDecodeStep.create': lambda: FusedDecodeStep.create(4, 16, 4, device=DEV, has_mamba=True, **kw),
+             'PaddedBuffers': lambda: PaddedBuffers(4, 16, device=DEV, has_mamba=True, **kw),
+             'padding_values': lambda: padding_values(**kw)}
+    with pytest.raises(ValueError, match=rf'{field} must be an integer in \[0, 2147483647\], got {value}'):
+        calls[build]()
+
+
 def test_numpy_lists_work_and_bad_types_are_named():
     ib, rs, table = _buffers()
     assert ib.fill_input_buffers(ForwardOp([0, 1], np.array([3, 4]), np.array([2, 2]),

@@ -1,8 +1,10 @@
 """What the L3 tier refuses and how its waits and lifetimes end, against real Mooncake servers: keys that name one
 object twice, keys the namespace itself rejects (the tier's fast check against `L3Namespace.owns` on random
 mutations), calls on a closed store or under a closing tier, masters that accept and never answer, and every
-argument checked by name before anything starts."""
-import os, signal, socket, threading, time
+argument checked by name before anything starts: every setup value bounded and named by its source (the keyword, the
+config key, the environment variable), metadata servers that never answer failing by the deadline, and config paths
+that do not name a JSON file refused naming the path."""
+import os, re, signal, socket, subprocess, threading, time
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from tokenspeed_lit import l3
 from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, TIMEOUT, ERROR, DOWN, size_bytes
 from tokenspeed_lit.l3_keys import L3Keys, L3Namespace, layout_fingerprint
+from tokenspeed_lit.l3_store import check_master, check_metadata_server, ram_bytes
 from test_l3 import engine, tokens, freeze
 from l3_servers import mooncake, shared_mooncake, mooncake_missing  # noqa: F401  (fixtures)
 
@@ -276,7 +279,7 @@ def test_config_sizes_as_the_engine_writes_them(shared_mooncake, monkeypatch):
 
 @pytest.mark.parametrize('kind, msg', [('fifo', 'is not a regular file'), ('dir', 'is not a regular file'),
                                        ('missing', 'No such file'), ('not json', 'is not JSON'),
-                                       ('binary', 'is not JSON'), ('a list', 'holds a list')])
+                                       ('binary', 'is not UTF-8 text'), ('a list', 'holds a list')])
 def test_config_path_that_is_not_a_json_file_is_refused_at_once(tmp_path, kind, msg):
     "A config path names a regular file holding a JSON object; anything else is refused naming the path, at once (a FIFO's read waited for a writer)."
     p = tmp_path / 'cfg'
@@ -317,3 +320,220 @@ def test_a_failed_start_stops_what_it_started(tmp_path):
     srv = LocalMooncake(segment_bytes=16 << 20, start=False, log_dir=str(tmp_path))
     with pytest.raises(IsADirectoryError): srv.start()
     assert srv.pids == [] and _masters() == before
+
+
+# ---- 6. setup: every value bounded and named by its source; every server it talks to answers by the deadline ----
+
+NOWHERE = '127.0.0.1:1'       # a master never reached: each refusal below comes before anything is sent
+ARGS = {'master': ('master_server_address', 'MOONCAKE_MASTER'), 'protocol': ('protocol', 'MOONCAKE_PROTOCOL'),
+        'metadata_server': ('metadata_server', 'MOONCAKE_TE_META_DATA_SERVER'),
+        'local_hostname': ('local_hostname', 'MOONCAKE_LOCAL_HOSTNAME'),
+        'segment_bytes': ('global_segment_size', 'MOONCAKE_GLOBAL_SEGMENT_SIZE'),
+        'local_buffer_bytes': ('local_buffer_size', 'MOONCAKE_LOCAL_BUFFER_SIZE'),
+        'device': ('device_name', 'MOONCAKE_DEVICE'), 'tenant_id': ('tenant_id', 'MOONCAKE_TENANT_ID')}
+RAM = "must be at most this machine's physical memory"
+BAD_VALUES = [   # (argument, bad value, what the refusal says right after the name of the value's source)
+    ('segment_bytes', '4096tb', RAM), ('segment_bytes', 2**64, RAM), ('segment_bytes', '9' * 30, RAM),
+    ('segment_bytes', '1mb', r'must be 0 \(mount nothing\) or at least 16 MiB'), ('segment_bytes', '9' * 31, 'must be a byte count'),
+    ('segment_bytes', '1e12', 'must be a byte count'), ('segment_bytes', '16\udcffmb', 'must be a byte count'),
+    ('segment_bytes', -1, 'must be an integer >= 0'), ('segment_bytes', 1.5e9, 'must be an integer'),
+    ('segment_bytes', True, 'must be an integer'),
+    ('local_buffer_bytes', '4096tb', RAM), ('local_buffer_bytes', 2**64, RAM), ('local_buffer_bytes', '2 gigs', 'must be a byte count'),
+    ('local_buffer_bytes', None, 'must be an integer'),
+    ('protocol', 'udp', "must be one of 'tcp', 'rdma', got 'udp'"), ('protocol', 'TCP', 'must be one of'),
+    ('protocol', 'cxl', 'must be one of'), ('protocol', '', 'must be one of'), ('protocol', 'tcp\udcff', 'must be one of'),
+    ('protocol', 'tcp\x00', r"holds the control character '\\x00'"), ('protocol', 5, 'must be a str'),
+    ('master', 'localhost', "must be 'host:port'"), ('master', '127.0.0.1:0', "must be 'host:port'"),
+    ('master', '127.0.0.1:65536', "must be 'host:port'"), ('master', 'bad host:50051', "must be 'host:port'"),
+    ('master', '999.1.1.1:50051', "must be 'host:port'"), ('master', '[::1:50051', "must be 'host:port'"),
+    ('master', 'h\udcff:50051', "must be 'host:port'"), ('master', '127.0.0.1:50051\n', 'holds the control character'),
+    ('master', 50051, 'must be a str'),
+    ('local_hostname', 'my host', "must be 'host' or 'host:port'"), ('local_hostname', 'h:99999', "must be 'host' or 'host:port'"),
+    ('local_hostname', '', "must be 'host' or 'host:port'"), ('local_hostname', 'h\x7f', 'holds the control character'),
+    ('metadata_server', 'redis://127.0.0.1:6379', 'must be .* has no plugin for'), ('metadata_server', 'foo://x', "must be .* has no plugin for 'foo'"),
+    ('metadata_server', 'p2phandshake', "must be 'P2PHANDSHAKE'"), ('metadata_server', 'http://h:99999/m', "must be 'P2PHANDSHAKE'"),
+    ('metadata_server', 'etcd://h:1,,h:2', "must be 'P2PHANDSHAKE'"), ('metadata_server', '', "must be 'P2PHANDSHAKE'"),
+    ('metadata_server', 'http://h/m?x=1', "must be 'P2PHANDSHAKE'"),
+    ('device', 'mlx5_0 mlx5_1', "must be '' or device names"), ('device', 'a,,b', "must be '' or device names"),
+    ('device', 'x' * 65, "must be '' or device names"), ('device', 0, 'must be a str'),
+    ('tenant_id', '', 'must be 1 to 256 printable ASCII'), ('tenant_id', 'a tenant', 'must be 1 to 256 printable ASCII'),
+    ('tenant_id', 'x' * 257, 'must be 1 to 256'), ('tenant_id', 'café', 'must be 1 to 256'), ('tenant_id', None, 'must be a str'),
+]
+
+
+def _no_mooncake_env(monkeypatch):
+    for var in [v for v in os.environ if v.startswith('MOONCAKE_')]: monkeypatch.delenv(var)
+
+
+def _via(arg, value, via, monkeypatch):
+    "(the name the refusal must give, the call) for `arg` = `value` given as a keyword, a config key, a from_config keyword or a variable."
+    key, var = ARGS[arg]
+    base = {} if arg == 'master' else {'master_server_address': NOWHERE}
+    if via == 'keyword':
+        return arg, (lambda: MooncakeStore(value)) if arg == 'master' else (lambda: MooncakeStore(NOWHERE, **{arg: value}))
+    if via == 'config key': return key, lambda: MooncakeStore.from_config(base | {key: value})
+    if via == 'from_config keyword': return arg, lambda: MooncakeStore.from_config({'master_server_address': NOWHERE}, **{arg: value})
+    _no_mooncake_env(monkeypatch)
+    monkeypatch.setenv('MOONCAKE_MASTER', NOWHERE); monkeypatch.setenv(var, value)
+    return var, lambda: MooncakeStore.from_config()
+
+
+@pytest.mark.parametrize('arg, value, msg, via', [
+    pytest.param(arg, value, msg, via, id=f'{arg}={value!r:.24}-{via}') for arg, value, msg in BAD_VALUES
+    for via in ('keyword', 'config key', 'from_config keyword', 'variable')
+    if via != 'variable' or (isinstance(value, str) and '\0' not in value)])      # a variable holds a str without NUL
+def test_every_setup_value_refused_naming_its_source(arg, value, msg, via, monkeypatch):
+    "Each bad value of each kind, from each source, is refused before anything is sent, by the name it came in with."
+    name, call = _via(arg, value, via, monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises((TypeError, ValueError), match=rf'^{re.escape(name)} {msg}'): call()
+    assert time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.parametrize('via', ['keyword', 'config key', 'from_config keyword', 'variable'])
+def test_rdma_devices_must_be_this_machines(via, monkeypatch):
+    "With rdma a device name must be an RDMA device here (Mooncake retried a missing one for 22 s); with tcp Mooncake ignores it."
+    name, call = _via('device', 'tsl_no_such_nic0', via, monkeypatch)
+    rdma = {'keyword': lambda: MooncakeStore(NOWHERE, protocol='rdma', device='tsl_no_such_nic0'),
+            'config key': lambda: MooncakeStore.from_config({'master_server_address': NOWHERE, 'protocol': 'rdma',
+                                                             'device_name': 'tsl_no_such_nic0'}),
+            'from_config keyword': lambda: MooncakeStore.from_config({'master_server_address': NOWHERE, 'protocol': 'rdma'},
+                                                                     device='tsl_no_such_nic0')}
+    if via == 'variable': monkeypatch.setenv('MOONCAKE_PROTOCOL', 'rdma')
+    with pytest.raises(ValueError, match=rf"^{name} names 'tsl_no_such_nic0', not an RDMA device of this machine"):
+        rdma.get(via, call)()
+    if via == 'variable': monkeypatch.setenv('MOONCAKE_PROTOCOL', 'tcp')
+    with pytest.raises(ConnectionError, match='cannot reach the Mooncake master at 127.0.0.1:1'):
+        (call if via != 'keyword' else lambda: MooncakeStore(NOWHERE, device='tsl_no_such_nic0', connect_timeout_s=0.5))()
+
+
+def test_sizes_together_bounded_by_the_memory(monkeypatch):
+    half = ram_bytes() // 2
+    with pytest.raises(ValueError, match="^segment_bytes and local_buffer_bytes together must be at most this machine's physical"):
+        MooncakeStore(NOWHERE, segment_bytes=half + (64 << 20), local_buffer_bytes=half)
+    with pytest.raises(ValueError, match='^global_segment_size and local_buffer_bytes together'):    # a key and a keyword
+        MooncakeStore.from_config({'master_server_address': NOWHERE, 'global_segment_size': half + (64 << 20)}, local_buffer_bytes=half)
+    _no_mooncake_env(monkeypatch)
+    for var, v in (('MOONCAKE_MASTER', NOWHERE), ('MOONCAKE_GLOBAL_SEGMENT_SIZE', f'{half + (64 << 20)}'), ('MOONCAKE_LOCAL_BUFFER_SIZE', f'{half}b')):
+        monkeypatch.setenv(var, v)
+    with pytest.raises(ValueError, match='^MOONCAKE_GLOBAL_SEGMENT_SIZE and MOONCAKE_LOCAL_BUFFER_SIZE together'): MooncakeStore.from_config()
+
+
+@pytest.mark.parametrize('kw, msg', [(dict(connect_timeout_s=0), 'connect_timeout_s must lie in'),
+                                     (dict(connect_timeout_s=1e9), r'connect_timeout_s must lie in \(0, 3600\]'),
+                                     (dict(connect_timeout_s='2'), 'connect_timeout_s must be a number of seconds'),
+                                     (dict(segment_size=1), 'from_config takes master, protocol')])
+def test_from_config_keywords_checked(kw, msg):
+    with pytest.raises((TypeError, ValueError), match=msg): MooncakeStore.from_config({'master_server_address': NOWHERE}, **kw)
+
+
+@pytest.fixture
+def answering_port():
+    "A port whose server answers every connection with `answer[0]` (bytes the test sets), then hangs up."
+    answer, s = [b''], socket.create_server(('127.0.0.1', 0))
+    def serve():
+        while True:
+            try: c, _ = s.accept()
+            except OSError: return
+            with c:
+                try: c.recv(4096); c.sendall(answer[0])
+                except OSError: pass
+    threading.Thread(target=serve, daemon=True).start()
+    yield s.getsockname()[1], answer
+    s.close()
+
+
+@pytest.mark.parametrize('form', ['http', 'https', 'etcd', 'etcd://', 'two etcd endpoints'])
+def test_metadata_server_that_never_answers_fails_by_the_deadline(shared_mooncake, silent_port, form):
+    "A real master and a metadata server that accepts and never answers (Mooncake's setup waited 6 s a try, 20 tries): a ConnectionError naming it, by connect_timeout_s."
+    at = f'127.0.0.1:{silent_port}'
+    meta = {'http': f'http://{at}/metadata', 'https': f'https://{at}/metadata', 'etcd': at, 'etcd://': f'etcd://{at}',
+            'two etcd endpoints': f'etcd://{at};{at}'}[form]
+    shown = meta if form.startswith('http') else at
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=re.escape(f'metadata server at {shown} accepted a connection but did not answer within 0.5 s')):
+        MooncakeStore(shared_mooncake.master, metadata_server=meta, connect_timeout_s=0.5)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_config_metadata_server_that_never_answers_names_its_address(shared_mooncake, silent_port, monkeypatch):
+    meta = f'http://127.0.0.1:{silent_port}/metadata'
+    msg = re.escape(f'the metadata server at {meta} accepted a connection but did not answer within 1 s')
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=msg):
+        MooncakeStore.from_config({'master_server_address': shared_mooncake.master, 'metadata_server': meta}, connect_timeout_s=1)
+    assert time.monotonic() - t0 < 1.5
+    _no_mooncake_env(monkeypatch)
+    monkeypatch.setenv('MOONCAKE_MASTER', shared_mooncake.master); monkeypatch.setenv('MOONCAKE_TE_META_DATA_SERVER', meta)
+    with pytest.raises(ConnectionError, match=msg): MooncakeStore.from_config(connect_timeout_s=1)
+
+
+@pytest.mark.parametrize('form, answer, msg', [
+    ('http', b'SSH-2.0-OpenSSH_9.6\r\n', r"answered b'SSH-2.0-OpenSSH_9.6', not HTTP"),
+    ('http', b'', 'metadata server at http://127.0.0.1:[0-9]+/metadata hung up without answering'),
+    ('etcd', b'HTTP/1.1 503 Service Unavailable\r\n\r\n', r'not 200 to GET /health \(an unhealthy etcd\)'),
+    ('https', b'HTTP/1.1 200 OK\r\n\r\n', 'did not complete a TLS handshake'),
+    ('closed', b'', 'cannot reach the metadata server at http://127.0.0.1:1/m'),
+])
+def test_metadata_server_that_is_not_one_refused_at_once(shared_mooncake, answering_port, form, answer, msg):
+    port, answers = answering_port
+    answers[0] = answer
+    meta = {'http': f'http://127.0.0.1:{port}/metadata', 'https': f'https://127.0.0.1:{port}/metadata',
+            'etcd': f'127.0.0.1:{port}', 'closed': 'http://127.0.0.1:1/m'}[form]
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=msg): MooncakeStore(shared_mooncake.master, metadata_server=meta, connect_timeout_s=1)
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_a_real_http_metadata_server_passes_the_probe(tmp_path):
+    "Mooncake's own HTTP metadata server (the master's) answers the probe, and a client set up through it stores and reads back."
+    from tokenspeed_lit.l3_servers import mooncake_master_path, free_port
+    rpc, http = free_port(), free_port()
+    cmd = [mooncake_master_path(), f'--rpc_port={rpc}', '--rpc_address=127.0.0.1', f'--metrics_port={free_port()}',
+           '--metrics_host=127.0.0.1', '--enable_http_metadata_server=true', f'--http_metadata_server_port={http}',
+           '--http_metadata_server_host=127.0.0.1']
+    with open(tmp_path / 'master.log', 'wb') as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        master, meta, end = f'127.0.0.1:{rpc}', f'http://127.0.0.1:{http}/metadata', time.monotonic() + 15
+        while True:
+            try: check_master(master, 0.2); check_metadata_server(meta, 0.2); break
+            except ConnectionError:
+                assert time.monotonic() < end and p.poll() is None, (tmp_path / 'master.log').read_text()[-2000:]
+                time.sleep(0.05)
+        store = MooncakeStore(master, metadata_server=meta, segment_bytes=16 << 20)
+        buf = (torch.arange(2 * 4096) % 251).to(torch.uint8); store.register(buf)
+        assert store.batch_put_from(['meta/0'], buf, [0], [4096]) == [0]
+        assert store.batch_get_into(['meta/0'], buf, [4096], [4096]) == [4096] and torch.equal(buf[4096:], buf[:4096])
+        store.close()
+    finally: p.kill(); p.wait(5)
+
+
+@pytest.mark.parametrize('kind, msg', [
+    ('a file as a folder', 'Not a directory'), ('a directory', 'is not a regular file'),
+    ('NUL in a str path', 'holds a NUL byte'), ('NUL in a bytes path', 'holds a NUL byte'),
+    ('a name too long', 'File name too long'), ('non-UTF-8 name, missing', 'No such file'),
+    ('non-UTF-8 text', r'is not UTF-8 text \(byte 0xff at offset 27\)'), ('over 1 MiB', 'holds more than a config can'),
+    ('nested too deep', 'is not JSON'), ('a key twice', "writes the key 'protocol' twice")])
+def test_config_file_refused_naming_its_path(tmp_path, kind, msg):
+    "Every config path that is not a readable JSON file of one object is refused at once, naming the path as given."
+    (tmp_path / 'cfg.json').write_text('{}')
+    path = {'a file as a folder': str(tmp_path / 'cfg.json' / 'x.json'), 'a directory': str(tmp_path),
+            'NUL in a str path': str(tmp_path / 'a\0b.json'), 'NUL in a bytes path': os.fsencode(tmp_path) + b'/a\0b.json',
+            'a name too long': str(tmp_path / ('x' * 300)), 'non-UTF-8 name, missing': os.fsencode(tmp_path) + b'/\xff.json'
+            }.get(kind, str(tmp_path / 'c.json'))
+    content = {'non-UTF-8 text': b'{"master_server_address": "\xff"}', 'over 1 MiB': b' ' * (1 << 20) + b'{}',
+               'nested too deep': b'[' * 100_000 + b']' * 100_000,
+               'a key twice': b'{"protocol": "tcp", "protocol": "rdma"}'}.get(kind)
+    if content is not None: open(path, 'wb').write(content)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=msg) as e: MooncakeStore.from_config(path)
+    assert repr(path) in str(e.value) and time.monotonic() - t0 < 1
+
+
+def test_config_file_with_a_non_utf8_name_is_read(tmp_path):
+    "A path is bytes to Linux: a name that is not UTF-8 is read like any other (its bad protocol named by its key)."
+    path = os.fsencode(tmp_path) + b'/\xff.json'
+    open(path, 'wb').write(b'{"master_server_address": "127.0.0.1:1", "protocol": "udp"}')
+    for p in (path, os.fsdecode(path)):
+        with pytest.raises(ValueError, match="^protocol must be one of 'tcp', 'rdma', got 'udp'"): MooncakeStore.from_config(p)

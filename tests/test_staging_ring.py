@@ -100,6 +100,26 @@ def test_the_ring_writes_the_header_by_name():
     assert staging_layout(4, 8)['pool'] == STEP_HEADER.size == 64 > LISTS_AT
 
 
+
+def test_the_ring_writes_each_header_field_where_the_declaration_puts_it():
+    "The one submit packs the plan's header fields, the slot and the ticket in the declared order (the plan's leading fields are the header's step fields): each lands at its declared offset, the lists right after them."
+    assert sp.PLAN_FIELDS[:len(STEP_HEADER.groups['step'])] == STEP_HEADER.groups['step']
+    step, _ = _step(has_mamba=True)
+    ring = step.ring
+    for op in (ForwardOp([0, 1], [3, 5], [2, 2], decode_input_ids=[-1, 7], mamba_pool_indices=[1, 2],
+                         mamba_cow_src_indices=[-1, 3], mamba_branching_seqlens=[-1, -1], mamba_track_pool_indices=[4, -1]),
+               ForwardOp([0, 1], [2, 6], [3, 2], input_ids=[5, 6, 7], shifted_input_ids=[6, 7, 8], extend_prefix_lens=[0],
+                         prefill_lengths=[4])):
+        plan = ring.planner.plan(op, sum(op.input_lengths))
+        t = ring.submit(plan)
+        h, p = ring.slot_ints(_slot_of(ring, t)), sp.StepPlan(*plan)
+        for f in STEP_HEADER.groups['step']: assert h[STEP_HEADER.at[f]] == int(getattr(p, f)), f
+        assert (h[STEP_HEADER.at['slot']], h[STEP_HEADER.at['ticket']]) == (_slot_of(ring, t), t)
+        assert tuple(h[sp.LISTS_AT:p.staged].tolist()) == sp.staged_ints(plan)[len(STEP_HEADER.groups['step']):]
+        synchronize(DEV)
+    assert LISTS_AT == STEP_HEADER.at['ticket'] + 1 and STEP_HEADER.names[-2:] == ('slot', 'ticket')
+    assert staging_layout(4, 8)['pool'] == STEP_HEADER.size == 64 > LISTS_AT
+
 def test_header_writes_must_name_every_field_once():
     layout = HeaderLayout(8, step=('a', 'b'), ring=('c',))
     def two(m): HEADER(m, a=1, b=2)                                           # noqa: F821 (compiled away)
@@ -599,6 +619,14 @@ _BAD_RING = [   # (prepare on a bound step of max_bs=4, max_num_tokens=8, width 
     (lambda st: lambda: st.ring.write_bound(max_bs=3), "max_bs is the ring's own bound field"),
     (lambda st: lambda: st.ring.write_bound(s_cache_start=0), "s_cache_start is the ring's own bound field"),
     (lambda st: lambda: st.ring.write_bound(o_positions=1.0), 'o_positions must be an integer'),
+    (lambda st: lambda: st.ring.write_bound(o_input_ids=10**6), 'o_input_ids=1000000: its buffer (8 elements of 4 bytes) must lie in the slab'),
+    (lambda st: lambda: st.ring.write_bound(o_positions=0), 'o_positions=0: its buffer (8 elements of 8 bytes) must lie in the slab past the staging'),
+    (lambda st: lambda: st.ring.write_bound(o_force=-1), 'o_force=-1: its buffer'),
+    (lambda st: lambda: st.ring.write_bound(has_mamba_buffers=1), 'o_mamba0=0: its buffer'),
+    (lambda st: lambda: st.ring.write_bound(has_mamba_buffers=2), 'has_mamba_buffers must be 0 or 1, got 2'),
+    (lambda st: lambda: st.ring.write_bound(page_size=0), 'page_size must be an integer >= 1, got 0'),
+    (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=10, fim_width=2, table_batch_order=-1),
+     'table_batch_order must be 0 or 1, got -1'),
     (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=0, fim_width=2), 'num_pool must be an integer in [1,'),
     (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=10), 'fim_width must be an integer, got None'),
     (lambda st: lambda: st.ring.bind(lambda p: None, num_pool=10, fim_width=2, o_seq_lens=-2**31 - 1),
@@ -634,3 +662,79 @@ def test_public_ring_methods_never_write_outside_the_buffers(prepare, msg):
     for t, b in zip(state, mem): assert torch.equal(t, b)
     step([3], 1); synchronize(DEV)                         # and the step still works
     assert step.buffers.req_pool_indices_buf.tolist() == [3, 0, 0, 0]
+
+
+def test_a_leased_slots_mamba_rows_are_issued_all_or_none():
+    "With Mamba buffers, a lease's Mamba rows start unwritten: a step issued with mamba=True that left one unwritten, or one issued without them that wrote one (it would be dropped), is refused naming the list and row, with nothing staged; written whole, they reach the buffers."
+    step, state = _step(3, has_mamba=True)
+    step([1, 2], 2); synchronize(DEV)
+    slab = step.buffers.slab.clone()
+    sl = step.decode_slot(); sl.put([4, 5]); sl.mamba[:, :2] = [[1, 2], [-1, 3], [-1, -1], [6, -1]]
+    with pytest.raises(ValueError, match=re.escape('mamba_pool_indices[0] was written into the slot (staged.mamba[0, 0]), but the step is issued with mamba=False')):
+        step.issue_staged_decode(sl, 2, 1)
+    sl.mamba[3, 1] = sr.UNWRITTEN
+    with pytest.raises(ValueError, match=re.escape('mamba_track_pool_indices[1] was not written into the slot (staged.mamba[3, 1])')):
+        step.issue_staged_decode(sl, 2, 1, mamba=True)
+    synchronize(DEV)
+    assert torch.equal(step.buffers.slab, slab)
+    sl.mamba[3, 1] = 7
+    step.issue_staged_decode(sl, 2, 1, mamba=True); synchronize(DEV)
+    b = step.buffers
+    assert [getattr(b, f + '_buf')[:3].tolist() for f in MAMBA_FIELDS] == [[1, 2, -1], [-1, 3, -1], [-1, -1, -1], [6, 7, -1]]
+    sl = step.decode_slot(); sl.put([4])                   # a dense step on Mamba buffers: rows -1
+    step.issue_staged_decode(sl, 1, 1); synchronize(DEV)
+    assert [getattr(b, f + '_buf')[:2].tolist() for f in MAMBA_FIELDS] == [[-1, -1]] * 4
+
+
+def test_a_plan_changed_by_hand_reads_only_the_staging():
+    "The kernel clamps every staged list's start (and the Mamba stride, the prefill count) into the staging: a plan whose header fields were changed by hand after the planner made it runs without reading or writing outside the slab, and the step works after it."
+    step, state = _step(5, has_mamba=True)
+    op = ForwardOp([0, 1], [1, 2], [2, 2], decode_input_ids=[4, -1], mamba_pool_indices=[1, 2], mamba_cow_src_indices=[-1, -1],
+                   mamba_branching_seqlens=[-1, -1], mamba_track_pool_indices=[-1, 3])
+    plan, P = step.ring.planner.plan(op, 4), sp.PLAN
+    for f, v in (('s_pool', 10**9), ('s_pool', -10**9), ('s_override', 2**31 - 1), ('s_mamba', 2**31 - 1),
+                 ('mamba_stride', 10**6), ('mamba_stride', -10**6), ('s_ids', -5), ('shifted_at', 10**8),
+                 ('s_lengths', 10**9), ('s_extend_prefix', -10**9), ('num_extends', -10**6), ('num_extends', 10**6)):
+        step.ring.submit(plan[:P[f]] + (v,) + plan[P[f] + 1:])
+        synchronize(DEV)
+    step([3], 2); synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf.tolist() == [3, 0, 0, 0]
+
+
+def test_after_the_tickets_wrap_a_replay_with_nothing_new_runs_no_step():
+    "Tickets count from 0 again after 2**31 - 1: the capture slot's last step stays spent (the graph's next replay runs no step and is counted idle), and the next steps are staged and run as before."
+    step, state = _step(6)
+    graph = capture(step.issue_captured, DEV)
+    ring = step.ring
+    ring._ticket = sr._TICKET_MAX - 2                   # two tickets before the wrap
+    step([3], 2, captured=True); graph.replay(); synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf[:2].tolist() == [3, 0]
+    step([5], 2); step([6], 2); synchronize(DEV)         # the second one wraps
+    assert ring.tickets[CAPTURE] == 0 and max(ring.tickets) == 1
+    assert step.buffers.req_pool_indices_buf[:2].tolist() == [6, 0]
+    idle = ring.idle_replays
+    graph.replay(); synchronize(DEV)                     # nothing new staged: no step, not the old one
+    assert ring.idle_replays == idle + 1 and step.buffers.req_pool_indices_buf[:2].tolist() == [0, 0]
+    with pytest.raises(RuntimeError, match='replayed the capture slot 1 time'): step([7], 2, captured=True)
+    step([7], 2, captured=True); graph.replay(); synchronize(DEV)
+    assert step.buffers.req_pool_indices_buf[:2].tolist() == [7, 0]
+
+
+def test_a_leased_slots_lists_are_named_by_their_first_bad_entry():
+    step, _ = _step(7)
+    for rows, msg in (([1, 2.5], 'req_pool_indices[1] = 2.5'), ('ab', "req_pool_indices[0] = 'a'"), ([1, 2**31], 'req_pool_indices[1] = 2147483648')):
+        with pytest.raises(ValueError, match=re.escape('req_pool_indices must hold int32 integers, got ' + msg)):
+            step.decode_slot().put(rows)
+
+
+def test_a_ring_bound_by_hand_to_larger_sizes_reads_nothing_past_the_tensors():
+    "The kernel's bounds on the runtime tensors come with the tensors (its arguments), not from the header: a ring bound by hand to a pool far larger than the state's lets the planner pass a row past it, and the kernel still reads and writes nothing there."
+    step, state = _step(8)
+    step.ring.bind(lambda p: None, num_pool=2**30, fim_width=1, vocab_size=40)
+    graph = capture(step.issue_captured, DEV)           # the bind made the engine's graph stale: captured again
+    mem = [t.clone() for t in state]
+    step([10**6, 5], 1, decode_input_ids=[3, -1], captured=True); graph.replay(); synchronize(DEV)
+    b = step.buffers
+    assert b.req_pool_indices_buf[:2].tolist() == [10**6, 5]
+    assert b.seq_lens_buf[0].item() == 1                 # no cached length read for the row past the pool
+    for k in (0, 1, 3): assert torch.equal(state[k], mem[k])   # cached lengths, input map (no override written), table

@@ -4,25 +4,26 @@
 
 # %% ../nbs/36_demo.ipynb #ca878a87
 from __future__ import annotations
-import argparse, json, math, os, platform, socket, sys, tempfile, time
+import argparse, dataclasses, json, math, os, platform, socket, sys, tempfile, time
 import torch
 from .device import default_device, as_device, is_accel, triton_interpreted
 from .ranks import dist_init, dist_all_reduce, dist_close
 from .l3 import LocalMooncake, INSTALL_HINT, mooncake_available
 from .paged_llama import tiny_llama
 from .demo_requests import (SENTINEL, DemoConfig, Request, DemoViolation, LlamaModel, MODELS, prompt_token,
-                            system_prompts, request_mix)
+                            system_prompts, request_mix, engine_rng)
 from .demo_pages import Pages, HostTier
-from .demo_checks import Checks, Faults
+from .demo_checks import Checks, Faults, FAULTS
 from .demo_scheduler import (PREP_KEYS, StepTimer, Scheduler, Progress, serve, report,
                              summary, threads_per_rank)
 from .demo_l3 import (L3_COUNTS, L3Plan, L3Instance, host_page_bytes, l3_segment_bytes, run_l3, instance_main,
-                      l3_report, l3_json)
+                      l3_report, l3_json, second_config)
 
 # %% auto #0
 __all__ = ['SUMMED', 'MAXED', 'REQUEST_BUDGET', 'L3_BUDGET', 'RANK_BYTES', 'L3_KEY_BYTES', 'MAX_RANKS', 'MAX_REQUESTS',
            'machine_line', 'int_arg', 'request_bytes', 'l3_request_bytes', 'host_memory_available', 'size_error',
-           'report_path_error', 'l3_skip_reason', 'json_report', 'parser', 'check_options', 'main']
+           'report_path_error', 'fault_error', 'fault_verdict', 'l3_skip_reason', 'json_report', 'parser',
+           'check_options', 'main']
 
 # %% ../nbs/36_demo.ipynb #0aa4a344
 def machine_line(device=None) -> str:
@@ -38,7 +39,7 @@ def machine_line(device=None) -> str:
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
           'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
-          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored', 'padded_steps')
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored', 'padded_steps', 'fault_fired')
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
@@ -129,6 +130,61 @@ def report_path_error(path: str) -> str | None:
     except OSError as e: return f'cannot write {path!r}: {e.strerror}'
     return None
 
+# %% ../nbs/36_demo.ipynb #8079b608
+def _requests(cfg: DemoConfig, rank: int, n: int) -> list:
+    "The first `n` requests of a rank, as its engine draws them first (`engine_rng`): no model built, nothing served."
+    c = dataclasses.replace(cfg, requests=min(n, cfg.requests))
+    return request_mix(c, rank, engine_rng(c, rank))
+
+def _prefix_hit_can_come(cfg: DemoConfig, rank: int) -> bool:
+    "Whether a request of the rank can resume another's prefix: it arrives after one with the same system prompt (the first `arrivals_per_step` arrive together at step 1, before any checkpoint, when the pool holds them all)."
+    a, life = cfg.arrivals_per_step, (math.ceil((cfg.max_prompt + cfg.max_output + cfg.verify_width) / cfg.page_size)
+                                      + MODELS[cfg.model].extra_pages)      # the most pages a request holds
+    if not system_prompts(cfg): return False
+    if cfg.requests - a > cfg.system_prompts or a * life > cfg.num_pages - 1: return True   # a pair after them; or
+    rs = _requests(cfg, rank, cfg.requests)                                             # they may not arrive together
+    return any(r.system in {q.system for q in rs[:j]} for j, r in enumerate(rs) if j >= a)
+
+def _l3_load_can_come(cfg: DemoConfig, pages: int) -> bool:
+    "Whether a request of instance 2 can load `pages` pages or more from L3: it starts with a system prompt that long which a request of instance 1 had (instance 1's first 64 requests read; past them it may)."
+    sp, two, n = system_prompts(cfg), second_config(cfg), min(cfg.requests, 64)
+    want = {r.system for r in _requests(two, 0, two.requests)
+            if r.system >= 0 and len(sp[r.system]) >= pages * cfg.page_size}            # long enough to load that many
+    return bool(want & {r.system for r in _requests(cfg, 0, n)}) or (bool(want) and cfg.requests > n)
+
+def fault_error(cfg: DemoConfig, ranks: int, skip: str | None) -> str | None:
+    "Why `cfg.fault` cannot fire in this run (`skip`: why it goes without the L3 scenario), naming the options; None when it can."
+    f, two = cfg.fault, second_config(cfg)
+    if f == 'none': return None
+    if f.startswith('l3-') and skip: return f'--fault {f} needs the L3 scenario, which this run skips: {skip}'
+    if FAULTS[f].get('model', cfg.model) != cfg.model:
+        return f"--fault {f} needs --model {FAULTS[f]['model']}, got --model {cfg.model} (the fault spoils its states)"
+    if f == 'rejected-draft' and cfg.verify_width < 2:
+        return (f'--fault rejected-draft needs --verify-width 2, got --verify-width {cfg.verify_width}: a decode row '
+                f'then feeds no draft token after its verified one, and there is no draft to reject')
+    mix = f'with --requests {cfg.requests} and --seed {cfg.seed}'
+    if f == 'wrong-checkpoint' and not any(_prefix_hit_can_come(cfg, r) for r in range(ranks)) and (
+            skip or not _prefix_hit_can_come(two, 0)):
+        return (f'--fault wrong-checkpoint needs a prefix hit, and {mix} none can come: no request arrives after '
+                f'another with the same system prompt (the first {cfg.arrivals_per_step} of a rank arrive together, '
+                f'before any checkpoint); more --requests, or another --seed')
+    pages = dict(zip(('l3-bad-page', 'l3-wrong-checkpoint'), (1, 2))).get(f)
+    if pages and not _l3_load_can_come(cfg, pages):
+        return (f"--fault {f} needs a request of the second instance that loads "
+                f"{'a page' if pages == 1 else 'two pages or more'} from L3, and {mix} none can: none of its "
+                f"requests ({two.requests}) starts with a system prompt "
+                f"{'' if pages == 1 else 'of two pages or more '}that a request of the first instance had; more "
+                f"--requests, or another --seed")
+    return None
+
+def fault_verdict(fault: str, fired: int) -> str | None:
+    "Why a run that passed every check fails for its fault (`fired`: its injections); None without one, or for one it had to survive and did."
+    if fault == 'none': return None
+    if not fired: return (f"FAILED: fault {fault} never fired, so no check was tried against it: it needs "
+                          f"{FAULTS[fault]['needs']}, and this run never got there (more --requests, or another --seed)")
+    if FAULTS[fault]['outcome'] == 'caught': return f'FAILED: fault {fault} fired {fired} times and no check caught it'
+    return None
+
 # %% ../nbs/36_demo.ipynb #b75e5502
 def l3_skip_reason(ranks: int = 1, off: bool = False) -> str | None:
     "Why a run goes without the L3 scenario, or None: it needs one rank and Mooncake installed."
@@ -155,21 +211,23 @@ def _run(cfg: DemoConfig, ranks: int, skip: str | None) -> tuple:
         torch.set_num_threads(threads_per_rank(1))
         if not skip:
             stats, get, info = run_l3(cfg, cfg.fault)
-            return stats, dict(lines=l3_report(stats, get, info), json=l3_json(stats, get, info))
+            return ({**stats, 'fault_fired': stats['fault_fired'] + get['fault_fired']},     # both instances' injections
+                    dict(lines=l3_report(stats, get, info), json=l3_json(stats, get, info)))
         stats = summary(serve(cfg))
     return stats, dict(lines=f'L3 tier              skipped: {skip}', json=dict(skipped=skip))
 
 # %% ../nbs/36_demo.ipynb #b233293c
 def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int, elapsed_s: float,
-                failure: str | None = None) -> dict:
-    "The run's report as a JSON-able dict (see above); `failure`: the violation that ended it, if one did."
+                failure: str | None = None, fault_fired: int | None = None) -> dict:
+    "The run's report as a JSON-able dict (see above); `failure`: the violation that ended it, if one did; `fault_fired`: how often its fault was injected."
     import triton
     from importlib.metadata import version
     s, dev = stats or {}, default_device()
     us = lambda k: None if s.get(k) is None or s[k] != s[k] else round(s[k], 2)     # NaN: no such step
     return dict(gpu=torch.cuda.get_device_name(dev) if is_accel(dev) else None, torch=torch.__version__,
                 triton=triton.__version__, transformers=version('transformers'), machine=machine_line(),
-                passed=failure is None, failure=failure, elapsed_s=round(elapsed_s, 2),
+                passed=failure is None, failure=failure, fault_fired=None if cfg.fault == 'none' else fault_fired,
+                elapsed_s=round(elapsed_s, 2),
                 requests=s.get('finished'), steps=s.get('steps'), tokens_compared=s.get('logits_compared'),
                 **{k: s.get(k) for k in ('max_logit_diff', 'max_kv_diff', 'max_state_diff', 'prefix_hits',
                                          'tokens_saved', 'checkpoints_written', 'checkpoints_reused')},
@@ -209,17 +267,12 @@ def parser() -> argparse.ArgumentParser:
                     help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
     ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
                     help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    ap.add_argument('--fault', default='none', choices=['none', 'stale-tail', 'stray-write', 'wrong-page', 'wrong-checkpoint',
-                                                       'rejected-draft', 'l3-bad-page', 'l3-wrong-checkpoint', 'l3-down'],
-                    help="inject a fault the checks must catch: 'stale-tail' skips resetting a padded tail, "
-                         "'stray-write' writes a KV slot into a free page, 'wrong-page' points one page of a "
-                         "request's history at another page in the step's table, 'wrong-checkpoint' (--model hybrid) resumes "
-                         "a request sharing a prefix from the checkpoint of the page before, 'rejected-draft' (--model hybrid) leaves "
-                         "a rejected draft token's update in the state, 'l3-bad-page' changes a value of a page the second "
-                         "instance loaded from L3, 'l3-wrong-checkpoint' (--model hybrid) resumes a request the second instance loaded from L3 "
-                         "from the state row of the page before its checkpoint's; or one serving must survive: "
-                         "'l3-down' kills the Mooncake master in the middle of the second instance's run "
-                         "(default: none)")
+    faults = lambda outcome: ', '.join(f"'{k}' " + (f"({f['options']}) " if 'options' in f else '') + f['does']
+                                       for k, f in FAULTS.items() if f['outcome'] == outcome)
+    ap.add_argument('--fault', default='none', choices=['none', *FAULTS],
+                    help=f"inject a fault the checks must catch: {faults('caught')}; or one serving must survive: "
+                         f"{faults('survived')}. Options under which it cannot fire are refused, and a run whose fault "
+                         f"never fired fails (default: none)")
     ap.add_argument('--no-l3', action='store_true',
                     help='one engine instance, without the L3 scenario (a second instance loading shared prefixes '
                          'from Mooncake Store)')
@@ -238,15 +291,13 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
         except argparse.ArgumentTypeError as e: ap.error(f'argument --ranks: {e} (its default, from RANKS={env!r})')
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
-    if a.fault.startswith('l3-') and skip: ap.error(f'--fault {a.fault} needs the L3 scenario, which this run skips: {skip}')
-    if a.fault in ('wrong-checkpoint', 'rejected-draft', 'l3-wrong-checkpoint') and a.model != 'hybrid':
-        ap.error(f'--fault {a.fault} needs --model hybrid')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
         if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
             ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
                      f'draft), got {a.verify_width}')
     kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault, model=a.model)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
+    if why := fault_error(cfg, a.ranks, skip): ap.error(why)       # a fault these options cannot fire
     if why := size_error(cfg, a.ranks, l3=not skip): ap.error(why)
     return cfg, skip
 
@@ -264,20 +315,27 @@ def main(argv=None) -> int:
         print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, another process) loads '
               f'the shared system prompts the first stored in Mooncake Store' +
               (', whose master is killed in the middle of its run' if a.fault == 'l3-down' else ''))
-    t0, stats, l3, failure = time.time(), None, None, None
-    try: stats, l3 = _run(cfg, a.ranks, skip)
-    except DemoViolation as e: failure = f'VIOLATION: {e}'
-    except Exception as e:   # a process failed, and printed its traceback
+    t0, stats, l3, failure, fired = time.time(), None, None, None, None
+    try: stats, l3 = _run(cfg, a.ranks, skip); fired = stats['fault_fired']
+    except DemoViolation as e: failure, fired = f'VIOLATION: {e}', getattr(e, 'fault_fired', None)
+    except Exception as e:   # a process failed, and printed its traceback (its count of injections went with it)
         last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
         failure = f'VIOLATION (in another process): {last}' if 'DemoViolation' in str(e) else f'FAILED: {last}'
     if failure is None and not stats['checks']: failure = 'FAILED: no check ran'   # never claim an unchecked run
+    if failure is None: failure = fault_verdict(cfg.fault, fired)      # nor one whose fault never fired, or went uncaught
     if a.report is not None:
         try:
             with open(a.report, 'w') as f:
-                json.dump(json_report(stats, l3 and l3['json'], cfg, a.ranks, time.time() - t0, failure), f, indent=1)
+                json.dump(json_report(stats, l3 and l3['json'], cfg, a.ranks, time.time() - t0, failure, fired), f,
+                          indent=1)
         except OSError as e: failure = failure or f'FAILED: the report could not be written to {a.report}: {e.strerror}'
-    if failure: print(f'\n{failure}'); return 1
+    said = None if a.fault == 'none' else f"fault                {a.fault}: " + (     # how often it was injected
+        'injections unknown (the run failed before it reported them)' if fired is None else f"injected {fired} time{'s' * (fired != 1)}")
+    if failure:
+        if said: print(f'\n{said}')
+        print(f'\n{failure}'); return 1
     print(report(stats)); print(l3['lines'])
+    if said: print(said)
     print(f'all checks passed in {time.time() - t0:.1f}s')
     return 0
 

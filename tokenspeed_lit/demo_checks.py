@@ -12,7 +12,7 @@ from .paged_llama import Reference
 from .demo_requests import SENTINEL, Request, DemoViolation
 
 # %% auto #0
-__all__ = ['Checks', 'Faults']
+__all__ = ['FAULTS', 'Checks', 'Faults']
 
 # %% ../nbs/33_demo_checks.ipynb #164be9a5
 class Checks:
@@ -178,33 +178,80 @@ def output(self: Checks, r: Request):
         raise DemoViolation(f"step {self.e.step_no}: request {r.uid}'s output differs from generate's at position "
                             f"{P + i}: {out[i]}, generate {want[i]}")
 
+# %% ../nbs/33_demo_checks.ipynb #99fd10f5
+FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the options that set those needs, the outcome
+    'stale-tail': dict(does="skips resetting a padded tail (the step's out_cache_loc past its tokens keeps a live slot)",
+                       needs='a step after the 5th with a live request and a padded token tail', outcome='caught'),
+    'stray-write': dict(does='writes a KV slot into a free page', needs='a step from the 8th on with rows to run',
+                        outcome='caught'),
+    'wrong-page': dict(does="points one page of a request's history at another page in the step's table",
+                       needs='a step after the 5th with a row that has a whole page cached', outcome='caught'),
+    'wrong-checkpoint': dict(does='resumes a request sharing a prefix from the checkpoint of the page before',
+                             needs='--model hybrid, and a prefix hit: a request admitted after another with the same '
+                                   'system prompt, while that one holds its checked checkpoint',
+                             options='--model hybrid', model='hybrid', outcome='caught'),
+    'rejected-draft': dict(does="leaves a rejected draft token's update in the state",
+                           needs='--model hybrid, --verify-width 2 (a draft token after the verified one), and a decode '
+                                 'row whose draft is rejected', options='--model hybrid, --verify-width 2', model='hybrid',
+                           outcome='caught'),
+    'l3-bad-page': dict(does='changes a value of a page the second instance loaded from L3',
+                        needs='the L3 scenario, and a request of the second instance that loads a page from L3 (one '
+                              'sharing a system prompt with a request of the first instance)',
+                        options='the L3 scenario', outcome='caught'),
+    'l3-wrong-checkpoint': dict(does="resumes a request the second instance loaded from L3 from the state row of the "
+                                     "page before its checkpoint's",
+                                needs='--model hybrid, the L3 scenario, and a request of the second instance that loads '
+                                      'two pages or more from L3 (a system prompt of two pages or more shared with a '
+                                      'request of the first instance)',
+                                options='--model hybrid, the L3 scenario', model='hybrid', outcome='caught'),
+    'l3-down': dict(does="kills the Mooncake master in the middle of the second instance's run",
+                    needs="the L3 scenario, and a second instance whose run reaches the step the master is killed at",
+                    options='the L3 scenario', outcome='survived'),
+}
+
 # %% ../nbs/33_demo_checks.ipynb #4019de3d
 class Faults:
-    "Sabotage for the fault-injection tests (`cfg.fault`): the checks must catch it."
+    "Sabotage for the fault-injection tests (`cfg.fault`): the checks must catch it. Each injection is counted."
     def __init__(self, engine):
         self.e, self.fault = engine, engine.cfg.fault
+
+    def fired(self):
+        "Count one injection of the run's fault (`fault_fired`): a run whose fault never fired checked nothing of it."
+        self.e.stats['fault_fired'] += 1
 
     def inject(self, rows, total: int):
         "After staging: a write into a free page, or one page of a request's history pointed at another page."
         e, ps = self.e, self.e.cfg.page_size
-        if self.fault == 'stray-write' and e.step_no >= 8:     # the first step from 8 on that runs
+        if self.fault == 'stray-write' and e.step_no >= 8:     # each step from 8 on that runs (the first is caught)
             owned = {p for r in e.requests for p in r.pages}
-            page = next(p for p in range(1, e.pages.pool.num_pages) if p not in owned)
-            e.pages.kv_tensors()[0][page * ps] = 5.0        # the first layer with KV (a hybrid's first has a state)
+            page = next((p for p in range(1, e.pages.pool.num_pages) if p not in owned), None)
+            if page is not None:     # the first layer with KV (a hybrid's first has a state); no free page: none
+                e.pages.kv_tensors()[0][page * ps] = 5.0; self.fired()
         if self.fault == 'wrong-page' and e.step_no > 5:
             i = next((i for i, (r, _, _) in enumerate(rows) if r.cache_len >= ps), None)
             if i is not None:        # page 0 of a row with a whole cached page: history, no slot of this step
-                e.pages.batch_table[i, 0] = rows[i][0].pages[0] % (e.pages.pool.num_pages - 1) + 1
+                e.pages.batch_table[i, 0] = rows[i][0].pages[0] % (e.pages.pool.num_pages - 1) + 1; self.fired()
 
     def inject_tail(self, total: int):
         "The stale padded tail, once the step's buffers are written (a graph step: after its replay, whose kernel resets it)."
         e = self.e
         if self.fault == 'stale-tail' and e.step_no > 5:
             live = next((e.pages.slot(r, 0) for r in e.live if r.pages), None)
-            if live is not None: e.bufs.out_cache_loc_buf[total:] = live
+            if live is not None and total < e.bufs.out_cache_loc_buf.numel():     # a tail to leave stale
+                e.bufs.out_cache_loc_buf[total:] = live; self.fired()
 
     def inject_late(self):
         "After the step's forward, before its K and V check: a value of a page loaded from L3 (the L3 scenario)."
-        e = self.e
+        e, pool = self.e, self.e.pages.pool
         r = next((r for r in e.live if r.l3_len), None) if self.fault == 'l3-bad-page' else None
-        if r is not None: e.pages.pool.k_of(0)[e.pages.slot(r, 1)] += 0.5
+        if r is not None:            # in the first layer with K and V: a hybrid model's first layers keep states
+            layer = next(l for l in range(pool.num_layers) if l not in pool.state_layers)
+            pool.k_of(layer)[e.pages.slot(r, 1)] += 0.5; self.fired()
+
+    def matched(self, hit):
+        "A prefix hit at admission: under `wrong-checkpoint` the hybrid model handed out the checkpoint of the page before."
+        if hit is not None and getattr(self.e.model, 'fault', None) == 'wrong-checkpoint': self.fired()
+
+    def verified(self, kept: int, fed: int):
+        "A decode row verified: under `rejected-draft` the hybrid model left a rejected draft's update in the state."
+        if kept < fed and getattr(self.e.model, 'fault', None) == 'rejected-draft': self.fired()

@@ -18,7 +18,8 @@ from .demo_scheduler import serve, summary, threads_per_rank
 
 # %% auto #0
 __all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
-           'host_page_bytes', 'l3_segment_bytes', 'run_l3', 'second_instance', 'instance_main', 'l3_report', 'l3_json']
+           'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'second_instance', 'instance_main',
+           'l3_report', 'l3_json']
 
 # %% ../nbs/35_demo_l3.ipynb #282eebfa
 @dataclass
@@ -61,6 +62,7 @@ class L3Instance:
         self.reap()
         if self.plan.kill_pid and self.e.step_no == self.plan.kill_step:
             os.kill(self.plan.kill_pid, signal.SIGKILL); self.e.stats['l3_killed_at'] = self.e.step_no
+            self.e.faults.fired()
 
     def on_admit(self, r: Request):
         if self.plan.role == 'get': self.load(r)
@@ -145,8 +147,10 @@ def load(self: L3Instance, r: Request):
             synchronize(e.device)
         self.pending.append((g, host))                 # its host pages come back once the store has returned
     if loaded and self.states is not None:             # its first step copies the checkpoint in the last page's state row
-        self.states.cow[r.uid] = r.pages[loaded - 1 - (e.cfg.fault == 'l3-wrong-checkpoint' and loaded > 1)]
+        wrong = e.cfg.fault == 'l3-wrong-checkpoint' and loaded > 1      # the fault: the row of the page before
+        self.states.cow[r.uid] = r.pages[loaded - 1 - wrong]
         e.stats['l3_checkpoints'] += 1
+        if wrong: e.faults.fired()
     r.cache_len = r.l3_len = loaded * ps
     e.states.valid_cache_lengths[r.pool_row] = r.cache_len
     failed = max(0, usable(stored) - usable(hit)) + (k - loaded)   # pages L3 held for it but did not deliver: recomputed
@@ -209,6 +213,10 @@ def l3_segment_bytes(cfg: DemoConfig) -> int:
     return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) // 2)
 
 # %% ../nbs/35_demo_l3.ipynb #90592c2a
+def second_config(cfg: DemoConfig) -> DemoConfig:
+    "Instance 2's configuration: `cfg`'s, with `l3_requests` requests of its own (at most `requests`)."
+    return dataclasses.replace(cfg, requests=min(cfg.l3_requests, cfg.requests), instance=2)
+
 def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
     "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
     page = host_page_bytes(cfg)
@@ -218,12 +226,14 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
         with native_logs_to(os.path.join(srv.log_dir, 'clients.log')):
             plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
             put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
-            two = dataclasses.replace(cfg, requests=min(cfg.l3_requests, cfg.requests), instance=2)
+            two = second_config(cfg)
             plan = dataclasses.replace(plan, role='get')
             if fault == 'l3-down':
                 plan.kill_pid, plan.kill_step = srv.master_proc.pid, max(2, two.requests // (2 * two.arrivals_per_step))
                 info['killed_pid'] = plan.kill_pid
-            get = second_instance(two, plan, srv.log_dir, progress)
+            try: get = second_instance(two, plan, srv.log_dir, progress)
+            except DemoViolation as v:                   # the run's injections: instance 1's, then instance 2's
+                v.fault_fired = put['fault_fired'] + getattr(v, 'fault_fired', 0); raise
     finally:
         if srv.master_proc is not None and srv.master_proc.poll() is not None and srv.store_proc is not None:
             srv.store_proc.kill()                        # its master is gone: a graceful stop would wait for it
@@ -250,7 +260,8 @@ def second_instance(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool 
     p = subprocess.run([sys.executable, '-c', code, path], env=env, stderr=fileno(sys.stderr),
                        preexec_fn=_end_with_parent)
     res = json.load(open(out)) if os.path.exists(out) else {}
-    if 'violation' in res: raise DemoViolation(f"instance 2: {res['violation']}")
+    if 'violation' in res:
+        v = DemoViolation(f"instance 2: {res['violation']}"); v.fault_fired = res.get('fault_fired', 0); raise v
     if p.returncode or 'stats' not in res:
         raise RuntimeError(f'instance 2 exited with code {p.returncode} (its traceback is above)')
     return res['stats']
@@ -265,7 +276,7 @@ def instance_main(path: str) -> int:
         with native_logs_to(a['log']):
             res = dict(stats=summary(serve(cfg, l3=L3Instance(L3Plan(**a['plan'])), progress=a['progress'],
                                            label=' (instance 2)')))
-    except DemoViolation as e: res = dict(violation=str(e))
+    except DemoViolation as e: res = dict(violation=str(e), fault_fired=getattr(e, 'fault_fired', 0))
     with open(a['out'], 'w') as f: json.dump(res, f)
     return 0 if 'stats' in res else 1
 

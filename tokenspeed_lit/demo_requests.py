@@ -13,8 +13,8 @@ from .hybrid import HybridModel
 from .paged_llama import TOLERANCE, Reference, PagedLlama, run_reference, tiny_llama
 
 # %% auto #0
-__all__ = ['SENTINEL', 'MODELS', 'prompt_token', 'DemoConfig', 'Request', 'system_prompts', 'request_mix', 'DemoViolation',
-           'LlamaModel']
+__all__ = ['SENTINEL', 'MODELS', 'prompt_token', 'DemoConfig', 'Request', 'system_prompts', 'request_mix', 'engine_rng',
+           'DemoViolation', 'LlamaModel']
 
 # %% ../nbs/31_demo_requests.ipynb #87dfd63c
 def prompt_token(uid: int, position: int, vocab: int) -> int:
@@ -91,6 +91,7 @@ class Request:
     uid: int
     prompt_len: int
     output_len: int
+    system: int = -1            # the shared system prompt its prompt starts with (`system_prompts`' index), -1: none
     state: str = 'waiting'      # waiting, prefill, decode, idle (pages on the host), done
     pool_row: int = 0
     tokens: list = field(default_factory=list)      # the prompt, then every token the engine sampled
@@ -120,11 +121,16 @@ def request_mix(cfg: DemoConfig, rank: int, rng: random.Random) -> list:
     system, out = system_prompts(cfg), []
     for i in range(cfg.requests):
         uid = rank * 1_000_000 + (cfg.instance - 1) * 500_000 + i
-        sp = system[rng.randrange(len(system))] if system else []
+        s = rng.randrange(len(system)) if system else -1
+        sp = system[s] if system else []
         n = len(sp) + rng.randint(1, cfg.max_prompt - len(sp))
-        out.append(Request(uid=uid, prompt_len=n, output_len=rng.randint(1, cfg.max_output),
+        out.append(Request(uid=uid, prompt_len=n, output_len=rng.randint(1, cfg.max_output), system=s,
                            tokens=sp + [prompt_token(uid, q, cfg.vocab) for q in range(len(sp), n)]))
     return out
+
+def engine_rng(cfg: DemoConfig, rank: int = 0) -> random.Random:
+    "The random stream of one rank's engine in one instance: its requests are drawn from it first (`request_mix`), then its arrivals, idling, overrides and drafts."
+    return random.Random(cfg.seed * 1000 + rank + 500 * (cfg.instance - 1))
 
 # %% ../nbs/31_demo_requests.ipynb #6d04ef3b
 class DemoViolation(AssertionError):

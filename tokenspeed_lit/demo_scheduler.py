@@ -4,7 +4,7 @@
 
 # %% ../nbs/34_demo_scheduler.ipynb #f5be884f
 from __future__ import annotations
-import collections, gc, math, os, random, statistics, sys, time
+import collections, gc, math, os, statistics, sys, time
 import numpy as np
 import torch
 from fastcore.basics import patch
@@ -16,7 +16,7 @@ from .padding import pick_capture_size
 from .input_buffers import InputBuffers, ForwardOp, RuntimeStates
 from .positions import compute_out_cache_loc_groups
 from .page_tables import DraftPageTable
-from .demo_requests import DemoConfig, Request, DemoViolation, MODELS, request_mix
+from .demo_requests import DemoConfig, Request, DemoViolation, MODELS, request_mix, engine_rng
 from .demo_pages import Pages, HostTier
 from .demo_checks import Checks, Faults
 
@@ -67,7 +67,7 @@ class Scheduler:
     def __init__(self, cfg: DemoConfig, device=None, rank: int = 0, l3=None):
         self.cfg, self.rank = cfg, rank
         self.device = default_device() if device is None else torch.device(device)
-        self.rng = random.Random(cfg.seed * 1000 + rank + 500 * (cfg.instance - 1))
+        self.rng = engine_rng(cfg, rank)                      # its requests first, then everything it draws
         L = cfg.verify_width
         self.pool_rows = max(cfg.max_bs * 2, 4)
         self.width = math.ceil((cfg.max_prompt + cfg.max_output + L) / cfg.page_size) + 1
@@ -76,7 +76,7 @@ class Scheduler:
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
                           max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
                           max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
-                          tokens_saved=0, states_restored=0, padded_steps=0, **{k: [] for k in PREP_KEYS})
+                          tokens_saved=0, states_restored=0, padded_steps=0, fault_fired=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
@@ -153,6 +153,7 @@ def _admit(self: Scheduler):
             r.shifted_ids = np.array(r.ref.tokens[1:r.prompt_len + 1], dtype=np.int32)   # tokenizes a prompt once
             self.states.valid_cache_lengths[r.pool_row] = 0   # the row may have served a finished request
             hit = self.model.match(r, self.pages.alive)       # a hybrid model: a checked prefix to resume from
+            self.faults.matched(hit)
             if hit is None: self.pages.write_row(r); self.model.admit(r)
             else:                                             # its pages shared, its state copied on write
                 (b, pages, cow), r.cache_len = hit, hit[0]
@@ -307,6 +308,7 @@ def _sample(self: Scheduler, rows, not_ready, expect, greedy):
                 j += 1
             r.cache_len += j + 1; self.stats['accepted_drafts'] += j
             self.stats['states_restored'] += self.model.verified(r, j + 1, n)   # a hybrid's: rejected drafts undone
+            self.faults.verified(j + 1, n)
         if len(r.tokens) - r.prompt_len >= r.output_len:
             ck.output(r)
             r.state, r.ref = 'done', None
@@ -372,6 +374,8 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True,
             finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
             if finished > done: done, done_at = finished, s.step_no
             if bar: bar.update(finished)
+    except DemoViolation as v:      # the violation carries how often the run's fault fired before it (`demo`'s report)
+        v.fault_fired = s.stats['fault_fired']; raise
     finally:
         gc.callbacks.remove(s.timer.on_gc)
         if l3 is not None: l3.close()

@@ -18,7 +18,7 @@ from .positions import (kv_slot, kv_slot_ref, check_slots_fit, compute_positions
                                       compute_positions_and_slots, MAX_TOKENS, is_batch_order,
                                       launch_positions_and_slots_counted)
 from .padding import PAD_TOKEN_ID, PADDING, PaddedBuffers, reset_tail
-from .step_plan import HDR, STEP_HEADER, staging_layout, ForwardOp, StepPlan, PLAN, OVERRIDES
+from .step_plan import HDR, STEP_HEADER, staging_layout, ForwardOp, StepPlan, PLAN, OVERRIDES, BUFFER_OFFSETS
 from .staging_ring import StagingRing, StagingSlot
 
 # %% auto #0
@@ -138,26 +138,28 @@ PAD_MAMBA, PAD_POSITION = tl.constexpr(_PAD['mamba_pool_indices_buf']), tl.const
 # %% ../nbs/15_fused_decode.ipynb #39f5a424
 @triton.jit
 def _request_rows(s32, s64,              # the slab as int32 / int64: the header and staging at its start, then buffers
-                  cache_len_ptr,         # int32 [num_pool]: valid_cache_lengths
+                  cache_len_ptr,         # int32 [NPOOL]: valid_cache_lengths
+                  NPOOL,                 # int: the pool rows (of valid_cache_lengths, future_input_map, ready)
                   rows):                 # int32 [64]: the batch rows this program owns (live, prefill or padding)
     "Per-request buffers of `rows`; returns each row's `(pool64, ok, cache)`."
     B, E, L = tl.load(s32 + HDR.batch), tl.load(s32 + HDR.num_extends), tl.load(s32 + HDR.width)
-    MAX_BS, NPOOL = tl.load(s32 + HDR.max_bs), tl.load(s32 + HDR.num_pool)
+    MAX_BS = tl.load(s32 + HDR.max_bs)
     in_bs = rows < MAX_BS                      # every store stays inside the per-request buffers
     live = in_bs & (rows < B)
     pf = live & (rows < E)                     # a prefill row (prefill rows come first)
-    pool = tl.load(s32 + tl.load(s32 + HDR.s_pool) + rows, mask=live, other=0)
+    END = tl.load(s32 + HDR.s_cache_start)     # every staged list starts in [0, END]: a header no planner wrote reads the slab only
+    pool = tl.load(s32 + tl.minimum(tl.maximum(tl.load(s32 + HDR.s_pool), 0), END) + rows, mask=live, other=0)
     ok = live & (pool >= 0) & (pool < NPOOL)   # the host checked; a bad row still reads nothing
     pool64 = pool.to(tl.int64)
     cache = tl.load(cache_len_ptr + pool64, mask=ok, other=0).to(tl.int64)
-    ilen = tl.where(pf, tl.load(s32 + tl.load(s32 + HDR.s_lengths) + rows, mask=pf, other=0), L)
+    ilen = tl.where(pf, tl.load(s32 + tl.minimum(tl.maximum(tl.load(s32 + HDR.s_lengths), 0), END) + rows, mask=pf, other=0), L)
     tl.store(s64 + tl.load(s32 + HDR.o_req_pool) + rows, tl.where(live, pool64, PAD_REQ_POOL), mask=in_bs)
     pad_sw = tl.load(s32 + HDR.state_write_pad).to(tl.int64)
     tl.store(s64 + tl.load(s32 + HDR.o_state_write) + rows, tl.where(live, pool64, pad_sw), mask=in_bs)
     tl.store(s32 + tl.load(s32 + HDR.o_input_lengths) + rows, tl.where(live, ilen, PAD_INPUT_LENGTH), mask=in_bs)
     seq_pad = tl.where(rows < tl.load(s32 + HDR.dummy_rows), tl.load(s32 + HDR.dummy_seq_len), PAD_SEQ_LEN)
     tl.store(s32 + tl.load(s32 + HDR.o_seq_lens) + rows, tl.where(live, cache + ilen, seq_pad), mask=in_bs)
-    epre = tl.load(s32 + tl.load(s32 + HDR.s_extend_prefix) + rows, mask=pf, other=PAD_EXTEND)
+    epre = tl.load(s32 + tl.minimum(tl.maximum(tl.load(s32 + HDR.s_extend_prefix), 0), END) + rows, mask=pf, other=PAD_EXTEND)
     tl.store(s32 + tl.load(s32 + HDR.o_extend_prefix) + rows, epre, mask=in_bs)
     tl.store(s32 + tl.load(s32 + HDR.o_extend_seq) + rows, tl.where(pf, ilen, PAD_EXTEND), mask=in_bs)
     tl.store(s32 + tl.load(s32 + HDR.s_cache_start) + rows, cache, mask=pf)   # prefill rows' KV start (ragged kernel)
@@ -173,7 +175,8 @@ def _mamba_rows(s32,                     # the slab as int32
     data = (zr + tl.load(s32 + HDR.has_mamba_data)) != 0          # flags as row vectors: masks combine them lane by lane
     has_bufs = (zr + tl.load(s32 + HDR.has_mamba_buffers)) != 0
     in_bs = rows < MAX_BS
-    S, STRIDE = tl.load(s32 + HDR.s_mamba), tl.load(s32 + HDR.mamba_stride)   # list k at S + k * STRIDE
+    S = tl.minimum(tl.maximum(tl.load(s32 + HDR.s_mamba), 0), tl.load(s32 + HDR.s_cache_start))   # list k at
+    STRIDE = tl.minimum(tl.maximum(tl.load(s32 + HDR.mamba_stride), 0), MAX_BS)                    # S + k * STRIDE
     for k in tl.static_range(4):
         mv = tl.load(s32 + S + k * STRIDE + rows, mask=in_bs & (rows < B) & data, other=PAD_MAMBA)
         tl.store(s32 + tl.load(s32 + HDR.o_mamba0 + k) + rows, mv, mask=in_bs & has_bufs)
@@ -181,22 +184,25 @@ def _mamba_rows(s32,                     # the slab as int32
 # %% ../nbs/15_fused_decode.ipynb #acb4bda2
 @triton.jit
 def _decode_rows(s32, s64, s8,           # the slab as int32 / int64 / int8
-                 input_map_ptr,          # int32/int64 [num_pool, fim_stride]: future_input_map, rewritten by overrides
-                 ready_ptr,              # bool [num_pool]: remote_spec_candidate_ready, cleared by overrides
-                 table_ptr,              # int32/int64 [table_rows, table_cols]: req_to_page, pool- or batch-ordered
+                 input_map_ptr,          # int32/int64 [NPOOL, FSTRIDE]: future_input_map, rewritten by overrides
+                 ready_ptr,              # bool [NPOOL]: remote_spec_candidate_ready, cleared by overrides
+                 table_ptr,              # int32/int64 [T_ROWS, T_COLS]: req_to_page, pool- or batch-ordered
+                 FSTRIDE, W,             # ints: future_input_map's row stride and width
+                 T_S0, T_S1, T_ROWS, T_COLS,   # ints: req_to_page's strides and shape
                  rows, pool64, ok, cache,   # [64]: rows; their pool index (int64), a valid pool row, cached length
-                 WP: tl.constexpr):      # the fim width rounded up to a power of two
+                 WP: tl.constexpr):      # W rounded up to a power of two
     "Overrides, token ids, positions and KV slots of the decode rows among `rows`."
     B, E, L, P = tl.load(s32 + HDR.batch), tl.load(s32 + HDR.num_extends), tl.load(s32 + HDR.width), \
         tl.load(s32 + HDR.prefill_tokens)
     MAX_BS, MAX_TOK, VOCAB = tl.load(s32 + HDR.max_bs), tl.load(s32 + HDR.max_num_tokens), tl.load(s32 + HDR.vocab_size)
-    W, FSTRIDE = tl.load(s32 + HDR.fim_width), tl.load(s32 + HDR.fim_stride).to(tl.int64)
+    FSTRIDE = FSTRIDE.to(tl.int64)
     has_override = (tl.zeros_like(rows) + tl.load(s32 + HDR.has_override)) != 0
     in_bs = rows < MAX_BS
     dec = in_bs & (rows < B) & (rows >= E)
     d = rows - E                                         # index among the decode rows
     j = tl.arange(0, WP)[None, :]
-    override = tl.load(s32 + tl.load(s32 + HDR.s_override) + d, mask=dec & has_override, other=-1)
+    S_OVR = tl.minimum(tl.maximum(tl.load(s32 + HDR.s_override), 0), tl.load(s32 + HDR.s_cache_start))
+    override = tl.load(s32 + S_OVR + d, mask=dec & has_override & (d < MAX_BS), other=-1)
     has = ok & dec & (override != -1)
     rdy = tl.load(ready_ptr + pool64, mask=has, other=0)
     force = has & (rdy == 0)                             # overridden without ready candidates
@@ -217,8 +223,7 @@ def _decode_rows(s32, s64, s8,           # the slab as int32 / int64 / int8
     tl.store(s64 + tl.load(s32 + HDR.o_positions) + tok, pos, mask=tmask)
     by_batch = tl.load(s32 + HDR.table_batch_order) != 0
     trow = tl.where(ok, tl.where(by_batch, rows.to(tl.int64), pool64), -1)   # batch order: request i owns row i
-    slot = kv_slot(table_ptr, tl.load(s32 + HDR.table_stride0).to(tl.int64), tl.load(s32 + HDR.table_stride1).to(tl.int64),
-                   tl.load(s32 + HDR.table_rows), tl.load(s32 + HDR.table_cols), trow[:, None], pos,
+    slot = kv_slot(table_ptr, T_S0.to(tl.int64), T_S1.to(tl.int64), T_ROWS, T_COLS, trow[:, None], pos,
                    tl.load(s32 + HDR.page_size), tl.load(s32 + HDR.dummy_kv_slot), tmask, False)
     tl.store(s32 + tl.load(s32 + HDR.o_out_cache_loc) + tok, slot, mask=tmask)
 
@@ -230,7 +235,9 @@ def _token_tiles(s32, s64,               # the slab as int32 / int64
     MAX_TOK, VOCAB = tl.load(s32 + HDR.max_num_tokens), tl.load(s32 + HDR.vocab_size)
     P = tl.minimum(tl.maximum(tl.load(s32 + HDR.prefill_tokens), 0), MAX_TOK)   # bounded by the token buffers
     T = tl.minimum(tl.maximum(tl.load(s32 + HDR.total_tokens), 0), MAX_TOK)
-    S_IDS, S_SHIFT = tl.load(s32 + HDR.s_ids), tl.load(s32 + HDR.shifted_at)
+    END = tl.load(s32 + HDR.s_cache_start)    # the staged ids start in [0, END]: a header no planner wrote reads the slab only
+    S_IDS = tl.minimum(tl.maximum(tl.load(s32 + HDR.s_ids), 0), END)
+    S_SHIFT = tl.minimum(tl.maximum(tl.load(s32 + HDR.shifted_at), 0), END)
     O_IDS, O_SHIFT = tl.load(s32 + HDR.o_input_ids), tl.load(s32 + HDR.o_shifted)
     t_ar = tl.arange(0, 256)
     for t0 in range(pid * 256, P, G * 256):
@@ -254,24 +261,28 @@ def _token_tiles(s32, s64,               # the slab as int32 / int64
             tl.store(s64 + O_MROPE + k * MAX_TOK + t, zero + PAD_POSITION, mask=m)
 
 # %% ../nbs/15_fused_decode.ipynb #358ce240
-@triton.jit
+@triton.jit(do_not_specialize=['NPOOL', 'FSTRIDE', 'W', 'T_S0', 'T_S1', 'T_ROWS', 'T_COLS'])
 def _fill_kernel(s32,        # int32 [slab]: the header and staging (the copy's destination), then the int32 buffers
                  s64,        # int64 [slab / 2]: the same slab as int64 (positions, mrope, pool indices)
                  s8,         # int8 [slab * 4]: the same slab as bytes (force_single_token_verify)
-                 cache_len_ptr,  # int32 [num_pool]: valid_cache_lengths
-                 input_map_ptr,  # int32/int64 [num_pool, fim_stride]: future_input_map, rewritten in place by overrides
-                 ready_ptr,  # bool [num_pool]: remote_spec_candidate_ready, cleared by overrides
-                 table_ptr,  # int32/int64 [table_rows, table_cols]: req_to_page, pool- or batch-ordered
+                 cache_len_ptr,  # int32 [NPOOL]: valid_cache_lengths
+                 input_map_ptr,  # int32/int64 [NPOOL, FSTRIDE]: future_input_map, rewritten in place by overrides
+                 ready_ptr,  # bool [NPOOL]: remote_spec_candidate_ready, cleared by overrides
+                 table_ptr,  # int32/int64 [T_ROWS, T_COLS]: req_to_page, pool- or batch-ordered
                  done_ptr,   # int32 [4], pinned host: the slots' done flags
-                 WP: tl.constexpr):   # the header's fim_width rounded up to a power of two
+                 NPOOL, FSTRIDE, W,            # ints: the pool rows; future_input_map's row stride and width
+                 T_S0, T_S1, T_ROWS, T_COLS,   # ints: req_to_page's strides and shape (the sizes travel with the
+                                               # tensors, never in the header: no header value reads past them)
+                 WP: tl.constexpr):   # W rounded up to a power of two
     pid, G = tl.program_id(0), tl.num_programs(0)
     # the slot's copy has run (this kernel follows it): tell the host, which may now write the slot again
     slot = tl.load(s32 + HDR.slot)
     tl.store(done_ptr + slot, tl.load(s32 + HDR.ticket), mask=(pid == 0) & (slot >= 0) & (slot < 3))
     rows = pid * 64 + tl.arange(0, 64)                    # this program's requests: every buffer row they own
-    pool64, ok, cache = _request_rows(s32, s64, cache_len_ptr, rows)
+    pool64, ok, cache = _request_rows(s32, s64, cache_len_ptr, NPOOL, rows)
     _mamba_rows(s32, rows)
-    _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, rows, pool64, ok, cache, WP)
+    _decode_rows(s32, s64, s8, input_map_ptr, ready_ptr, table_ptr, FSTRIDE, W, T_S0, T_S1, T_ROWS, T_COLS, rows, pool64,
+                 ok, cache, WP)
     _token_tiles(s32, s64, pid, G)
 
 # %% ../nbs/15_fused_decode.ipynb #5c7d5b8a
@@ -287,15 +298,10 @@ class FusedDecodeStep:
         self.ring = StagingRing(self.max_bs, self.max_num_tokens, buffers.scratch)
         self.layout = self.ring.layout
         o, slab = buffers.offsets, buffers.slab
-        self.ring.write_bound(
+        self.ring.write_bound(                           # a model without Mamba layers: its Mamba offsets 0, unused
             page_size=self.page_size, dummy_kv_slot=buffers.dummy_kv_slot,
             state_write_pad=buffers.state_write_padding_pool_index, pad_token_id=PAD_TOKEN_ID,
-            has_mamba_buffers=int(buffers.has_mamba), o_input_ids=o['input_ids_buf'], o_shifted=o['shifted_prefill_ids_buf'],
-            o_input_lengths=o['input_lengths_buf'], o_out_cache_loc=o['out_cache_loc_buf'], o_seq_lens=o['seq_lens_buf'],
-            o_extend_prefix=o['extend_prefix_lens_buf'], o_extend_seq=o['extend_seq_lens_buf'],
-            **{f'o_mamba{k}': o.get(n, 0) for k, n in enumerate(_MAMBA_BUFS)},
-            o_positions=o['positions_buf'], o_mrope=o['mrope_positions_buf'], o_req_pool=o['req_pool_indices_buf'],
-            o_state_write=o['state_write_req_pool_indices_buf'], o_force=o['force_single_token_verify_buf'])
+            has_mamba_buffers=int(buffers.has_mamba), **{f: o.get(b, 0) for f, b in BUFFER_OFFSETS.items()})
         self._views = (slab.view(torch.int32), slab.view(torch.int64), slab.view(torch.int8))
         self._prefill_starts = torch.empty(self.max_bs, dtype=torch.int32, device=self.device)
         self.grid = (max(cdiv(self.max_bs, _ROWS), cdiv(self.max_num_tokens, 4 * _TILE)),)
@@ -331,14 +337,16 @@ class FusedDecodeStep:
         "True when the step is bound to exactly these tensors (identity), vocabulary size and table order."
         c, m, r, t, v, by_batch = self.binding
         return (self.bound and c is valid_cache_lengths and m is future_input_map and r is remote_spec_candidate_ready
-                and t is req_to_page and v == vocab_size and by_batch == (table_order == 'batch'))
+                and t is req_to_page and v == vocab_size
+                and (table_order == 'batch' if by_batch else table_order == 'pool'))   # else `bind` names it
 
     def _bind(self, cache_lengths, input_map, ready, vocab_size, table, by_batch: bool = False,
               capture: bool = True):
         "Bind to the runtime state and table (`bind` checks them); the ring captures its graphs over them (`capture`)."
         self.binding = (cache_lengths, input_map, ready, table, vocab_size, by_batch)
         self.num_pool, self.width = cache_lengths.numel(), input_map.shape[1]
-        self._args = (*self._views, cache_lengths, input_map, ready, table, self.ring.done_flags)
+        self._args = (*self._views, cache_lengths, input_map, ready, table, self.ring.done_flags, self.num_pool,
+                      input_map.stride(0), self.width, *table.stride(), *table.shape)
         self._wp = next_pow2(self.width)
         b, area = self.buffers, self.ring.area          # the prefill rows' positions and slots, counts from the header
         at = STEP_HEADER.at
@@ -348,10 +356,8 @@ class FusedDecodeStep:
                               self.max_bs, self.max_num_tokens, b.dummy_kv_slot, by_batch)
         saved = self.buffers.slab.clone() if capture else None   # the graphs' warm-up runs empty steps: padding
         me = weakref.ref(self)                # the ring's graphs must not hold the step: a dropped step is freed at once
-        self.ring.bind(lambda prefill: me()._work(prefill), capture, vocab_size=vocab_size, num_pool=self.num_pool,
-                       fim_stride=input_map.stride(0), fim_width=self.width, table_stride0=table.stride(0),
-                       table_stride1=table.stride(1), table_rows=table.shape[0], table_cols=table.shape[1],
-                       table_batch_order=int(by_batch))
+        self.ring.bind(lambda prefill: me()._work(prefill), capture, num_pool=self.num_pool, fim_width=self.width,
+                       vocab_size=vocab_size, table_batch_order=int(by_batch))
         if capture:                           # everywhere; put the buffers back (built unbound: nothing ran yet)
             self.buffers.slab.copy_(saved)
             synchronize(self.device)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_header_layout.ipynb #9bd6d1fb
 from __future__ import annotations
-import ast, inspect, textwrap
+import ast, inspect, keyword, numbers, textwrap, unicodedata
 from collections import namedtuple
 import triton.language as tl
 
@@ -18,19 +18,49 @@ class Offsets(tl.constexpr):
         if name.startswith('__'): raise AttributeError(name)
         return getattr(self.value, name)
 
+# %% ../nbs/08_header_layout.ipynb #2cdf0fa6
+_OFFSET_ATTRS = frozenset(dir(Offsets(namedtuple('HeaderOffsets', ())()))) | frozenset(dir(namedtuple('HeaderOffsets', ())))
+_WRITER_PARAMS = ('m',)                          # `HeaderLayout.source`'s own parameter: `def write(m, <fields>)`
+
+def _not_a_field(name) -> str:
+    "Why `name` cannot name a header field ('' when it can): each reason is a place where the name would read or compile wrong."
+    if not isinstance(name, str): return f'is not a str but {type(name).__name__}'
+    if not name.isidentifier() or unicodedata.normalize('NFKC', name) != name:
+        return 'is not a Python identifier as written (`HDR.<name>` and the writers could not spell it)'
+    if keyword.iskeyword(name): return 'is a Python keyword'
+    if name.startswith('_'): return 'starts with an underscore (the offsets\' named tuple reserves those)'
+    if name in _OFFSET_ATTRS: return f'is an attribute of the offsets object: `HDR.{name}` would read that, not the field'
+    if name in _WRITER_PARAMS: return f"is the generated writer's own parameter (`def write({name}, ...)` would not compile)"
+    return ''
+
 # %% ../nbs/08_header_layout.ipynb #51ff26c8
 class HeaderLayout:
     "The int32 fields at the start of every staging slot, declared once by name: kernel offsets and host writers are derived from it."
     def __init__(self, size: int, **groups: tuple):
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise TypeError(f'the header size must be a positive int, not {size!r} ({type(size).__name__})')
+        if size < 1: raise ValueError(f'the header size must be a positive int, not {size!r}')
+        for g, fields in groups.items():
+            if not isinstance(fields, (tuple, list)):
+                raise TypeError(f'header group {g!r} must be a tuple or list of field names, not {type(fields).__name__} '
+                                f'{fields!r}' + (f' (one field is ({fields!r},))' if isinstance(fields, str) else ''))
+            for n in fields:
+                if why := _not_a_field(n):
+                    raise (ValueError if isinstance(n, str) else TypeError)(f'header field {n!r} of group {g!r} {why}')
+        groups = {g: tuple(fields) for g, fields in groups.items()}
         names = tuple(n for g in groups.values() for n in g)
-        if len(set(names)) != len(names): raise ValueError(f'a header field is declared twice: {names}')
+        if twice := sorted({n for n in names if names.count(n) > 1}): raise ValueError(f'header fields declared twice: {twice}')
         if len(names) > size: raise ValueError(f'{len(names)} header fields do not fit {size} ints')
-        self.size, self.groups, self.names = size, groups, names
+        self.size, self.groups, self.names = int(size), groups, names
         self.at = {n: i for i, n in enumerate(names)}
         self.offsets = Offsets(namedtuple('HeaderOffsets', names)(*range(len(names))))
 
     def source(self, fields: tuple) -> str:
         "The Python source of `writer(fields)`: one int32 store per field, at its declared offset."
+        if isinstance(fields, str) or not isinstance(fields, (tuple, list)):
+            raise TypeError(f'fields must be a tuple or list of header field names, not {type(fields).__name__} {fields!r}')
+        if unknown := [f for f in fields if f not in self.at]: raise ValueError(f'not header fields: {unknown} (fields: {self.names})')
+        if len(set(fields)) != len(fields): raise ValueError(f'a field is named twice: {list(fields)}')
         body = '\n'.join(f'    m[{self.at[f]}] = {f}' for f in fields)
         return f'def write(m, {", ".join(fields)}):\n{body}\n'
 
@@ -42,6 +72,8 @@ class HeaderLayout:
 
     def inline(self, fn):
         "Decorator: `fn` compiled again with each `HEADER(m, field=value, ...)` statement replaced by one store per field, `m[offset] = value`; the fields must be the step's and the ring's, every one."
+        if missing := [g for g in ('step', 'ring') if g not in self.groups]:
+            raise ValueError(f'inline writes whole step headers: the layout has no {" or ".join(missing)} group')
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         fdef = tree.body[0]
         fdef.decorator_list = []                   # compiled bare: the decorators around this one apply as usual

@@ -134,31 +134,80 @@ def run_hybrid_reference(model, prompt, new_tokens: int) -> HybridReference:
     "`generate`'s greedy continuation, one forward's logits, K and V, and the states transformers' cache holds after each token."
     return run_hybrid_references(model, [prompt], [new_tokens])[0]
 
+# %% ../nbs/29_hybrid.ipynb #e7a3c1f0
+def _extent(t: torch.Tensor) -> int:
+    "Bytes from `t`'s first element to one past its last (its strides are non-negative)."
+    return (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) * t.element_size()
+
+def _overlap(tensors: dict) -> tuple | None:
+    "Two names of `tensors` (name -> tensor) whose memory overlaps, or None: address ranges compared per device."
+    spans = sorted((str(t.device), t.data_ptr(), t.data_ptr() + _extent(t), name) for name, t in tensors.items() if t.numel())
+    last = None                                          # the span reaching furthest so far on this device
+    for dev, a, e, name in spans:
+        if last is not None and last[0] == dev and a < last[2]: return last[3], name
+        if last is None or last[0] != dev or e > last[2]: last = (dev, a, e, name)
+    return None
+
+def _check_pool_tensors(model, pool: PagedKVPool):
+    "Raise unless every layer's tensors fit `model`: state slabs (row per page id, row shape, dtype, device, contiguous, memory of their own), K and V."
+    c, want, w = model.config, state_shapes(model), model.lm_head.weight
+    mine = {}                                            # name -> tensor, for the memory check
+    for l in pool.state_layers:
+        conv, ssm = pool.get_state_buffers(l)
+        for kind, t in (('conv', conv), ('recurrent', ssm)):
+            if not isinstance(t, torch.Tensor):
+                raise InputTypeError(f'layer {l}: its {kind} state slab is a {type(t).__name__}, not a tensor')
+        if tuple(conv.shape[1:]) != want['conv_shape'] or tuple(ssm.shape[1:]) != want['ssm_shape']:
+            raise ValueError(f'layer {l}: pool state rows are conv {list(conv.shape[1:])}, recurrent {list(ssm.shape[1:])}; '
+                             f'the model keeps conv {list(want["conv_shape"])}, recurrent {list(want["ssm_shape"])}')
+        for kind, t in (('conv', conv), ('recurrent', ssm)):
+            if t.dtype != w.dtype: raise InputTypeError(f'layer {l}: {kind} holds {t.dtype}, the model computes in {w.dtype}')
+            if t.shape[0] != pool.num_pages:
+                raise ValueError(f'layer {l}: its {kind} slab has {t.shape[0]} state rows, the pool {pool.num_pages} page ids '
+                                 f'(a state row per page id)')
+            if t.device != w.device: raise ValueError(f'layer {l}: its {kind} slab is on {t.device}, the model on {w.device}')
+            if not t.is_contiguous(): raise ValueError(f'layer {l}: its {kind} slab is not contiguous (a state row is one block)')
+            mine[f'the {kind} slab of layer {l}'] = t
+    slots = pool.num_pages * pool.page_size
+    for l in range(c.num_hidden_layers):
+        if l in pool.state_layers: continue
+        for kind, t in (('K', pool.k_of(l)), ('V', pool.v_of(l))):
+            if tuple(t.shape[1:]) != (c.num_key_value_heads, c.head_dim):
+                raise ValueError(f'layer {l}: pool {kind} rows are {list(t.shape[1:])}, the model writes [kv_heads, head_dim] = '
+                                 f'{[c.num_key_value_heads, c.head_dim]}')
+            if t.shape[0] != slots: raise ValueError(f'layer {l}: {kind} has {t.shape[0]} slots, the pool {slots}')
+            if t.dtype != w.dtype: raise InputTypeError(f'layer {l}: {kind} holds {t.dtype}, the model computes in {w.dtype}')
+            if t.device != w.device: raise ValueError(f'layer {l}: {kind} is on {t.device}, the model on {w.device}')
+    for l in range(pool.num_layers):                     # whole K and V tensors (a slab of layers counts once)
+        for kind, buf in (('K', pool.k_buffer), ('V', pool.v_buffer)):
+            if buf[l] is not None and all(buf[l] is not t for t in mine.values()): mine[f'the {kind} of layer {l}'] = buf[l]
+    clash = _overlap(mine)
+    if clash: raise ValueError(f'{clash[0]} and {clash[1]} share memory: a write to one would change the other')
+
 # %% ../nbs/29_hybrid.ipynb #988384ca
 def _check_hybrid_binding(model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str):
-    "Raise unless `pool`, `bufs` and `table` fit `model`: layers, state layers and shapes, KV rows, dtype, Mamba buffers."
+    "Raise unless `pool`, `bufs` and `table` fit `model`: layers, every layer's tensors, dtype, Mamba buffers, padding rows."
     c, want = model.config, state_shapes(model)
     if pool.num_layers != c.num_hidden_layers or pool.state_layers != want['state_layers']:
         raise ValueError(f'pool has {pool.num_layers} layers, state layers {list(pool.state_layers)}; the model '
                          f'{c.num_hidden_layers} layers, linear-attention layers {list(want["state_layers"])}')
-    conv, ssm = pool.get_state_buffers(pool.state_layers[0])
-    if tuple(conv.shape[1:]) != want['conv_shape'] or tuple(ssm.shape[1:]) != want['ssm_shape']:
-        raise ValueError(f'pool state rows are conv {list(conv.shape[1:])}, recurrent {list(ssm.shape[1:])}; the model '
-                         f'keeps conv {list(want["conv_shape"])}, recurrent {list(want["ssm_shape"])}')
     if not bufs.has_mamba: raise ValueError('bufs have no Mamba buffers: build them with has_mamba=True')
-    full = next(l for l in range(c.num_hidden_layers) if l not in pool.state_layers)
-    if tuple(pool.k_of(full).shape[1:]) != (c.num_key_value_heads, c.head_dim):
-        raise ValueError(f'pool rows are {list(pool.k_of(full).shape[1:])}, the model writes [kv_heads, head_dim] = '
-                         f'{[c.num_key_value_heads, c.head_dim]}')
-    for name, t in dict(pool=pool.dtype, conv=conv.dtype, recurrent=ssm.dtype).items():
-        if t != model.lm_head.weight.dtype:
-            raise InputTypeError(f'{name} holds {t}, the model computes in {model.lm_head.weight.dtype}')
+    if pool.dtype != model.lm_head.weight.dtype:
+        raise InputTypeError(f'pool holds {pool.dtype}, the model computes in {model.lm_head.weight.dtype}')
+    _check_pool_tensors(model, pool)
     if pool.page_size != bufs.page_size:
         raise ValueError(f'pool pages hold {pool.page_size} tokens, bufs were staged for {bufs.page_size}')
+    pad, dummy, slots = bufs.state_write_padding_pool_index, bufs.dummy_kv_slot, pool.num_pages * pool.page_size
+    if not 0 <= pad < pool.num_pages:
+        raise ValueError(f'state_write_padding_pool_index = {pad} is not a state row of the pool (0..{pool.num_pages - 1}): '
+                         f'the padded rows write it')
+    if not 0 <= dummy < slots:
+        raise ValueError(f'dummy_kv_slot = {dummy} is not a KV slot of the pool (0..{slots - 1}): the padded tokens write it')
     check_int_tensor('table', table, ndim=2)
     if table_order not in ('batch', 'pool'): raise ValueError(f"table_order must be 'batch' or 'pool', got {table_order!r}")
     if table_order == 'batch' and table.shape[0] < bufs.max_bs:
         raise ValueError(f'table has {table.shape[0]} rows, a batch-ordered table needs max_bs = {bufs.max_bs}')
+    full = next(l for l in range(c.num_hidden_layers) if l not in pool.state_layers)
     check_same_device(pool=pool.k_of(full), bufs=bufs.input_ids_buf, table=table, model=model.lm_head.weight)
 
 # %% ../nbs/29_hybrid.ipynb #b842dfef
@@ -174,16 +223,18 @@ class PagedHybrid:
 
     @torch.no_grad()
     def forward(self, num_tokens: int, num_rows: int) -> torch.Tensor:
-        "Run the first `num_tokens` staged tokens of `num_rows` rows: K, V and states into the pool, logits into `logits`."
+        "Run the first `num_tokens` staged tokens of `num_rows` rows: K, V and states into the pool, logits into `logits`; every check before the first write."
         N = check_int('num_tokens', num_tokens, 1, self.bufs.max_num_tokens)
         B = check_int('num_rows', num_rows, 1, min(self.bufs.max_bs, N))
         b, m = self.bufs, self.model.model
-        rows = self._state_rows(B)
-        self._copy_on_write(rows)
+        _check_pool_tensors(self.model, self.pool)       # every layer's, as bound (a slab replaced since: refused here)
+        rows = self._state_rows(B, N)
         loc = b.out_cache_loc_buf[:N].long()
         keys, allowed = self._context(N, B)
+        self._check_slots(loc, keys)
         h = m.embed_tokens(b.input_ids_buf[:N].long())[None]
         cos, sin = m.rotary_emb(h, b.positions_buf[:N].view(1, 1, N).expand(3, 1, N))
+        self._copy_on_write(rows)                        # the step's first write
         for layer, block in enumerate(m.layers):
             x = block.input_layernorm(h)
             if layer in self.pool.state_layers: h = h + self._linear(layer, block.linear_attn, x, rows)
@@ -205,6 +256,18 @@ class PagedHybrid:
         pages = self.table[table_row][:, s // ps].long().clamp(min=0)   # a hole (-1) reads the dummy page
         return pages * ps + s % ps, s[None, :] <= own[:, None]
 
+    def _check_slots(self, loc: torch.Tensor, keys: torch.Tensor):
+        "Raise unless every KV slot the step writes (`out_cache_loc`) and reads (its rows' pages) is in the pool: one host read, before any write."
+        R = self.pool.num_pages * self.pool.page_size
+        lo, hi, top = torch.stack([loc.min(), loc.max(), keys.max()]).tolist()
+        if lo < 0 or hi >= R:
+            t = int(((loc < 0) | (loc >= R)).nonzero()[0])
+            raise ValueError(f'out_cache_loc[{t}] = {int(loc[t])} is not a KV slot of the pool (0..{R - 1})')
+        if top >= R:
+            t = int((keys >= R).any(1).nonzero()[0])
+            raise ValueError(f'the page table row of token {t} names page {int(keys[t].max()) // self.pool.page_size}, '
+                             f'past the pool ({self.pool.num_pages} pages)')
+
 # %% ../nbs/29_hybrid.ipynb #ac78a96a
 @dataclass
 class StateRow:
@@ -216,25 +279,69 @@ class StateRow:
     track: int      # the checkpoint row the state after `split` tokens is saved to, or -1
     split: int      # tokens of this step before the checkpoint (0: none)
 
+def _check_aliases(rows: list, live: list):
+    "Raise unless the step's state writes are distinct: live working rows, checkpoint rows apart from them and each other, copy sources written by no row."
+    works, tracks = {}, {}
+    for r in live:
+        j = works.setdefault(rows[r].work, r)
+        if j != r: raise ValueError(f"mamba_pool_indices[{r}] = {rows[r].work} is also row {j}'s working row: two live rows "
+                                    f"on one state row (the second would run from the first's updated state)")
+    for r, s in enumerate(rows):
+        if s.track < 0: continue
+        j = works.get(s.track)
+        if j == r: raise ValueError(f'mamba_track_pool_indices[{r}] = {s.track} is its own working row: the state written '
+                                    f'after the checkpoint would overwrite it')
+        if j is not None: raise ValueError(f"mamba_track_pool_indices[{r}] = {s.track} is row {j}'s working row: the "
+                                           f"checkpoint would overwrite that request's state")
+        j = tracks.setdefault(s.track, r)
+        if j != r: raise ValueError(f"mamba_track_pool_indices[{r}] = {s.track} is also row {j}'s checkpoint row: one of "
+                                    f"the two checkpoints would be lost")
+    for r, s in enumerate(rows):
+        if s.cow < 0 or (s.cow not in works and s.cow not in tracks): continue
+        j, what = (works[s.cow], 'working') if s.cow in works else (tracks[s.cow], 'checkpoint')
+        whose = 'its own' if j == r else f"row {j}'s"
+        raise ValueError(f'mamba_cow_src_indices[{r}] = {s.cow} is {whose} {what} row: a copy-on-write source must be '
+                         f'a row the step does not write')
+
+# %% ../nbs/29_hybrid.ipynb #b3c4d5e6
 @patch
-def _state_rows(self: PagedHybrid, B: int) -> list:
-    "Each row's `StateRow`, checked: a row without a state row must be a padded one, a checkpoint must fall in its step."
+def _state_rows(self: PagedHybrid, B: int, N: int) -> list:
+    "Each row's `StateRow`, checked on the host before the step writes anything: indices, checkpoints, padded rows, aliases."
     b = self.bufs
     cols = torch.stack([b.input_lengths_buf[:B].long(), b.seq_lens_buf[:B].long(), b.mamba_pool_indices_buf[:B].long(),
                         b.state_write_req_pool_indices_buf[:B].long(), b.mamba_cow_src_indices_buf[:B].long(),
                         b.mamba_track_pool_indices_buf[:B].long(), b.mamba_branching_seqlens_buf[:B].long()]).tolist()
-    rows, first, pad, S = [], 0, b.state_write_padding_pool_index, self.pool.num_pages
+    rows, live, first, pad, S = [], [], 0, b.state_write_padding_pool_index, self.pool.num_pages
     for r, (n, seq, work, write, cow, track, branch) in enumerate(zip(*cols)):
-        if work < 0 and write != pad:
-            raise ValueError(f'row {r} has no mamba_pool_index and is not a padded row (its state write row is {write}, '
-                             f'padding {pad}): stage its Mamba lists')
-        work = work if work >= 0 else write
+        lists = dict(mamba_pool_indices=work, mamba_cow_src_indices=cow, mamba_track_pool_indices=track)
+        for name, v in {**lists, 'mamba_branching_seqlens': branch}.items():
+            if v < -1: raise ValueError(f'{name}[{r}] = {v}: the only negative is -1 (none), any other is a bad index')
+            if v >= S and name in lists: raise ValueError(f'{name}[{r}] = {v} is past the pool ({S} state rows)')
+        if not 0 <= n <= seq:
+            raise ValueError(f'row {r}: input_lengths[{r}] = {n} with seq_lens[{r}] = {seq}: its length counts its tokens')
+        if (track < 0) != (branch < 0):
+            raise ValueError(f'row {r}: mamba_track_pool_indices[{r}] = {track} with mamba_branching_seqlens[{r}] = {branch}: '
+                             f'a checkpoint needs both a row and a length')
+        if work < 0:
+            if write != pad:
+                raise ValueError(f'row {r} has no mamba_pool_index and is not a padded row (its state write row is {write}, '
+                                 f'padding {pad}): stage its Mamba lists')
+            if cow >= 0 or track >= 0:
+                name, v = ('mamba_cow_src_indices', cow) if cow >= 0 else ('mamba_track_pool_indices', track)
+                raise ValueError(f'{name}[{r}] = {v} on a padded row (mamba_pool_indices[{r}] = -1): a padded '
+                                 f'row reads and writes only the padding row')
+            work = pad
+        else:
+            live.append(r)
+            for name, v in lists.items():
+                if v == pad: raise ValueError(f'{name}[{r}] = {v} is the padding state row (state_write_padding_pool_index), '
+                                              f'which padded rows overwrite')
         split = branch - (seq - n) if track >= 0 else 0
         if track >= 0 and not 0 < split <= n:
             raise ValueError(f'row {r}: its checkpoint at length {branch} is not in this step (lengths {seq - n + 1}..{seq})')
-        for name, v in dict(state=work, cow_src=cow, track=track).items():
-            if v >= S: raise ValueError(f'row {r}: {name} row {v} is past the pool ({S} state rows)')
         rows.append(StateRow(first, n, work, cow, track, split)); first += n
+    if first > N: raise ValueError(f'the {B} rows hold {first} tokens (input_lengths), more than num_tokens = {N}')
+    _check_aliases(rows, live)
     return rows
 
 # %% ../nbs/29_hybrid.ipynb #fd0546b0

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import atexit, ctypes, importlib.util, os, select, shutil, signal, socket, subprocess, sys, tempfile, time
 from .contract import check_int
-from .l3_store import INSTALL_HINT, MIN_SEGMENT, MooncakeStore, check_master, size_bytes
+from .l3_store import INSTALL_HINT, MIN_SEGMENT, MooncakeStore, check_master, ram_bytes, size_bytes
 
 # %% auto #0
 __all__ = ['mooncake_master_path', 'free_port', 'serve_segment', 'LocalMooncake']
@@ -80,14 +80,10 @@ def _kill(p, timeout_s: float = 5.0):
     p.kill(); p.wait(timeout_s)
 
 # %% ../nbs/25_l3_servers.ipynb #1e0c2fa2
-def _ram_bytes() -> int:
-    "This machine's physical memory: no store process can mount more."
-    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-
 class LocalMooncake:
     "A `mooncake_master` and a store process mounting `segment_bytes`, on free 127.0.0.1 ports, stopped by pid."
     def __init__(self, segment_bytes: int | str = 256 << 20, start: bool = True, log_dir: str | None = None):
-        self.segment_bytes = check_int('segment_bytes', size_bytes('segment_bytes', segment_bytes), MIN_SEGMENT, _ram_bytes())
+        self.segment_bytes = check_int('segment_bytes', size_bytes('segment_bytes', segment_bytes), MIN_SEGMENT, ram_bytes())
         self.rpc_port, self.metrics_port = free_port(), free_port()
         self.master = f'127.0.0.1:{self.rpc_port}'
         self.log_dir = log_dir or tempfile.mkdtemp(prefix='tsl3-')

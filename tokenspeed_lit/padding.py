@@ -49,9 +49,15 @@ PADDING = (
 "Every persistent model-input buffer and its padding rule, in allocation order."
 
 # %% ../nbs/11_padding.ipynb #79ffb5ba
+def _named_values(dummy_kv_slot: int, state_write_padding_pool_index: int) -> dict:
+    "The two named padding values, checked: slots and rows the padded rows write, so in `[0, 2**31)` (an int32 header)."
+    return dict(dummy_kv_slot=check_int('dummy_kv_slot', dummy_kv_slot, 0, 2**31 - 1),
+                state_write_padding_pool_index=check_int('state_write_padding_pool_index', state_write_padding_pool_index,
+                                                         0, 2**31 - 1))
+
 def padding_values(dummy_kv_slot: int, state_write_padding_pool_index: int, has_mamba: bool = True) -> dict:
-    "Buffer name -> padding value, with the two named values resolved."
-    named = dict(dummy_kv_slot=int(dummy_kv_slot), state_write_padding_pool_index=int(state_write_padding_pool_index))
+    "Buffer name -> padding value, with the two named values resolved (and checked: `>= 0`)."
+    named = _named_values(dummy_kv_slot, state_write_padding_pool_index)
     return {r.name: named[r.value] if isinstance(r.value, str) else r.value
             for r in PADDING if has_mamba or not r.mamba}
 
@@ -75,8 +81,8 @@ class PaddedBuffers:
         self.max_bs, self.max_num_tokens = check_positive('max_bs', max_bs), check_positive('max_num_tokens', max_num_tokens)
         if max_num_tokens < max_bs:
             raise ValueError(f'max_num_tokens ({max_num_tokens}) must be >= max_bs ({max_bs}): every row has a token')
-        dummy_kv_slot = check_int('dummy_kv_slot', dummy_kv_slot, -2**31, 2**31 - 1)      # it lands in int32 slots
-        state_write_padding_pool_index = check_int('state_write_padding_pool_index', state_write_padding_pool_index)
+        named = _named_values(dummy_kv_slot, state_write_padding_pool_index)     # >= 0: indices the padded rows write
+        dummy_kv_slot, state_write_padding_pool_index = named['dummy_kv_slot'], named['state_write_padding_pool_index']
         scratch = check_int('scratch', scratch, lo=0)
         self.device, self.has_mamba = check_device('device', device), bool(has_mamba)
         self.dummy_kv_slot, self.state_write_padding_pool_index = int(dummy_kv_slot), int(state_write_padding_pool_index)

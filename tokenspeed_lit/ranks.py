@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_ranks.ipynb #4c52df6f
 from __future__ import annotations
-import os
+import os, sys, types
 import torch
 import torch.distributed as dist
 from .device import HAS_ACCEL, default_device
@@ -22,6 +22,8 @@ def dist_init(rank: int, world: int, port: int, host: str = '127.0.0.1') -> torc
     "Join a `world`-rank process group over TCP on `host:port`; returns this rank's device."
     backend = dist_backend(world)
     os.environ.setdefault('NCCL_NVLS_ENABLE', '0')     # never NVLink multicast (shared hosts)
+    # before the group exists: its collectives' `group=group.WORLD` defaults would hold the group past `dist_close`
+    import torch.distributed.nn
     if backend == 'nccl': torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f'tcp://{host}:{port}', rank=rank, world_size=world)
     return default_device()
@@ -36,6 +38,24 @@ def dist_all_reduce(values, op: str = 'max') -> list:
     return t.tolist()
 
 # %% ../nbs/06_ranks.ipynb #574f57ba
+def _default_holders(obj) -> list:
+    "The functions of loaded modules whose default arguments hold `obj` (what keeps a group past `dist_close`)."
+    held = []
+    for name, m in list(sys.modules.items()):
+        for k, f in list(getattr(m, '__dict__', {}).items()):
+            if type(f) is types.FunctionType and any(
+                    v is obj for v in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values())):
+                held.append(f'{name}.{k}')
+    return sorted(set(held))
+
 def dist_close():
-    "Leave the process group, if any."
-    if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
+    "Leave the process group, if any: destroy it and join its threads now, while the interpreter is whole."
+    if not (dist.is_available() and dist.is_initialized()): return
+    pg = dist.group.WORLD
+    dist.destroy_process_group()
+    # more references than `pg` and getrefcount's argument: the group (its threads) would outlive this call
+    held = sys.getrefcount(pg) > 2 and (', '.join(_default_holders(pg)[:4]) or 'references elsewhere')
+    del pg                             # the last reference, unless held: the backend's threads are joined here
+    if held: raise RuntimeError(f'the process group outlives destroy_process_group, held by {held}: its threads '
+                                'would be torn down with the interpreter, which aborts the process now and then '
+                                '("terminate called without an active exception")')

@@ -15,11 +15,12 @@ from .graphs import capture as _capture
 from .contract import check_int, check_flag, InputTypeError
 from .header_layout import HEADER
 from .step_plan import (STEP_HEADER, HDR, HEADER_INTS, LISTS_AT, STEP_START, STEP_END, staging_layout,
+                                      BUFFER_OFFSETS, buffer_extent, MAMBA_FIELDS, refuse_int32s,
                                       StepPlanner, back_to_back, write_lists, PLAN, PLAN_FIELDS, HEADER_FIELDS,
                                       LISTS, PACKING, PLANNER, ONE_PACK, IDS_COPIED, BY_SECTION, WRITTEN)
 
 # %% auto #0
-__all__ = ['CAPTURE', 'IDLE', 'copy_slot', 'StagingRing', 'StagingSlot']
+__all__ = ['CAPTURE', 'IDLE', 'UNWRITTEN', 'copy_slot', 'StagingRing', 'StagingSlot']
 
 # %% ../nbs/14_staging_ring.ipynb #b94e7d3f
 _COPY_PROGRAMS, _COPY_BLOCK = 4, 1024    # a decode step stages about 2K ints: a few programs, one round each
@@ -59,7 +60,9 @@ _TICKET_MAX = 0x7fffffff
 _write_step = STEP_HEADER.writer(STEP_HEADER.groups['step'] + STEP_HEADER.groups['ring'])
 _EMPTY = back_to_back(None, (), None, None, (), (), (), (), 0, 0)[HEADER_FIELDS]   # no rows, every section empty
 _PLAN_LEN = len(PLAN_FIELDS)
-_STAGED, _S_IDS, _PREFILL, _BATCH, _HAS_OVR = (PLAN[f] for f in ('staged', 's_ids', 'prefill_tokens', 'batch', 'has_override'))
+_STAGED, _S_IDS, _PREFILL, _BATCH, _HAS_OVR, _HAS_MAMBA = (PLAN[f] for f in ('staged', 's_ids', 'prefill_tokens', 'batch',
+                                                                            'has_override', 'has_mamba_data'))
+UNWRITTEN = -2**31      # a leased slot's Mamba rows until the scheduler writes them (no index is this)
 _AT, _AT_TICKET = 4 * LISTS_AT, STEP_HEADER.at['ticket']
 _STORE_INTS = 128       # a step of up to this many ints (header included) is stored one by one; more in one `struct` pack
 _RING_OWN = ('max_bs', 'max_num_tokens', 's_cache_start')                          # the ring's bound fields: its sizes
@@ -228,6 +231,7 @@ class StagingRing:
         s = self._claim(check_flag('replace', replace)) if check_flag('captured', captured) else self._take()
         views = self._leases[s]
         if views is None: views = self._leases[s] = StagingSlot(self, s, self._np[s], self.layout)
+        if self._bound['has_mamba_buffers']: views.mamba.fill(UNWRITTEN)   # a Mamba row left unwritten shows
         self._lease = views
         return views
 
@@ -240,6 +244,7 @@ class StagingRing:
         if s == CAPTURE and self._captured_at != self._binds and self._graphed: self._refuse_stale_graph()
         a, at = self._np[s], self.layout['pool']
         self.planner.check_pools(a[at:at + B], 'req_pool_indices')
+        if self._bound['has_mamba_buffers'] and B: self._check_mamba_rows(staged, B, plan[_HAS_MAMBA])
         has = False
         if plan[_HAS_OVR] and B:                     # any override (not -1)?
             at = self.layout['override']
@@ -247,6 +252,18 @@ class StagingRing:
         self._lease = None
         self._issue(s, plan, has)
         return has
+
+    def _check_mamba_rows(self, staged, B: int, given: bool):
+        "With Mamba buffers: a step issued with its Mamba rows (`given`) has written all of them; one issued without has written none (they would be dropped)."
+        unwritten = staged.mamba[:, :B] == UNWRITTEN
+        if given and unwritten.any():
+            k, i = np.argwhere(unwritten)[0]
+            raise ValueError(f'{MAMBA_FIELDS[k]}[{i}] was not written into the slot (staged.mamba[{k}, {i}]): '
+                             f'mamba=True issues the four Mamba rows of every request')
+        if not given and not unwritten.all():
+            k, i = np.argwhere(~unwritten)[0]
+            raise ValueError(f'{MAMBA_FIELDS[k]}[{i}] was written into the slot (staged.mamba[{k}, {i}]), but the step '
+                             f'is issued with mamba=False, which would drop it: issue it with mamba=True')
 
     def _refuse_lease_plan(self, plan):
         if type(plan) is tuple and len(plan) == _PLAN_LEN and plan[PLANNER] is self.planner:
@@ -272,18 +289,36 @@ class StagingRing:
         self._bound.update(fields)
 
     def write_bound(self, **fields):
-        "Write the owner's bound header fields (by name, int32) into every slot: its buffers' offsets, page size, padding values (the ring's own sizes are fixed)."
+        "Write the owner's bound header fields (by name, int32) into every slot: its buffers' offsets, page size, padding values (the ring's own sizes are fixed); each buffer an offset names must lie in the slab past the staging."
         bound = STEP_HEADER.groups['bound']
         for k, v in fields.items():
             if k not in bound: raise ValueError(f'{k} is not a bound header field: {bound}')
             if k in _RING_OWN: raise ValueError(f'{k} is the ring\'s own bound field, fixed when it was built')
             fields[k] = check_int(k, v, -2**31, 2**31 - 1)
+        self._check_bound({**self._bound, **fields})
         self._store_bound(fields)
 
-    def bind(self, work, capture: bool = True, **bound):
-        "Write the owner's newly bound fields (`num_pool`, `fim_width`, ...), make the planner for them, then capture each ring slot's copy and `work(prefill)` again (`capture=False`: at the first step); an engine graph captured before is stale."
-        num_pool = check_int('num_pool', bound.get('num_pool'), 1, 2**31 - 1)
-        width = check_int('fim_width', bound.get('fim_width'), 1, 2**31 - 1)
+    def _check_bound(self, b: dict):
+        "Refuse bound fields the kernel could not serve safely: a buffer outside the slab or over the staging (Mamba buffers only where the header says there are some), a page size below 1, flags other than 0 and 1."
+        for k in ('has_mamba_buffers', 'table_batch_order'):
+            if b.get(k, 0) not in (0, 1): raise ValueError(f'{k} must be 0 or 1, got {b[k]}')
+        if b.get('page_size', 1) < 1: raise ValueError(f'page_size must be an integer >= 1, got {b["page_size"]}')
+        a = self.area                           # the staging starts the slab the buffers are views of
+        lo, hi = 4 * self.layout['end'], a.untyped_storage().nbytes() - a.element_size() * a.storage_offset()
+        for f in BUFFER_OFFSETS:
+            if f.startswith('o_mamba') and not b['has_mamba_buffers']: continue    # never written by the kernel
+            if f not in b:
+                if f.startswith('o_mamba'): raise ValueError(f'has_mamba_buffers=1, but {f} was never written')
+                continue
+            size, n = buffer_extent(f, self.max_bs, self.max_num_tokens)
+            if not (lo <= b[f] * size and (b[f] + n) * size <= hi):
+                raise ValueError(f'{f}={b[f]}: its buffer ({n} elements of {size} bytes) must lie in the slab past '
+                                 f'the staging, bytes [{lo}, {hi})')
+
+    def bind(self, work, capture: bool = True, num_pool: int = None, fim_width: int = None, **bound):
+        "Make the planner for the owner's new binding (`num_pool` rows, verify width `fim_width`), write its bound header fields (`vocab_size`, ...), then capture each ring slot's copy and `work(prefill)` again (`capture=False`: at the first step); an engine graph captured before is stale."
+        num_pool = check_int('num_pool', num_pool, 1, 2**31 - 1)       # the planner's sizes: the kernel's bounds come
+        width = check_int('fim_width', fim_width, 1, 2**31 - 1)        # with its tensors (the owner's arguments)
         self.write_bound(**bound)
         self.planner = StepPlanner(self.max_bs, self.max_num_tokens, width, num_pool, bool(self._bound['has_mamba_buffers']))
         self._binds += 1
@@ -380,7 +415,7 @@ class StagingSlot:
             p = one.get(k)
             if p is None: p = one[k] = struct.Struct(f'={k}i')
             try: p.pack_into(self._a, at, *v)
-            except struct.error as e: raise ValueError(f'{name} must hold int32 integers ({e})') from None
+            except struct.error: refuse_int32s(name, v)
         if decode_input_ids is not None and n not in pairs:
             gap = self._at[1] - self._at[0] - 4 * n       # from the last pool index to the first override
             pairs[n] = struct.Struct(f'={n}i{gap}x{n}i')

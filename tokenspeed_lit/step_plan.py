@@ -12,20 +12,21 @@ import numpy as np
 import triton.language as tl
 from .contract import check_int, check_flag, int_list, int_seq, InputTypeError
 from .header_layout import HeaderLayout
-from .padding import dummy_decode_seq_len
+from .padding import PADDING, dummy_decode_seq_len
 
 # %% auto #0
-__all__ = ['STEP_HEADER', 'HDR', 'HEADER_INTS', 'STEP_AT', 'LISTS_AT', 'STEP_START', 'STEP_END', 'MAMBA_FIELDS', 'SECTIONS',
-           'PLAN_FIELDS', 'StepPlan', 'PLAN', 'HEADER_FIELDS', 'LISTS', 'OVERRIDES', 'PACKING', 'MID_CHUNK',
-           'POOL_NAME', 'PLANNER', 'ONE_PACK', 'IDS_COPIED', 'BY_SECTION', 'WRITTEN', 'staging_layout', 'ForwardOp',
-           'back_to_back', 'write_lists', 'staged_ints', 'same_step', 'pool_error', 'StepPlanner']
+__all__ = ['STEP_HEADER', 'HDR', 'HEADER_INTS', 'STEP_AT', 'LISTS_AT', 'STEP_START', 'STEP_END', 'BUFFER_OFFSETS', 'MAMBA_FIELDS',
+           'SECTIONS', 'PLAN_FIELDS', 'StepPlan', 'PLAN', 'HEADER_FIELDS', 'LISTS', 'OVERRIDES', 'PACKING', 'MID_CHUNK',
+           'POOL_NAME', 'PLANNER', 'ONE_PACK', 'IDS_COPIED', 'BY_SECTION', 'WRITTEN', 'staging_layout', 'buffer_extent',
+           'ForwardOp', 'back_to_back', 'write_lists', 'refuse_int32s', 'staged_ints', 'same_step', 'pool_error',
+           'StepPlanner']
 
 # %% ../nbs/13_step_plan.ipynb #ae722c4f
 STEP_HEADER = HeaderLayout(
     64,
-    # written when the step is built and at every bind
-    bound=('max_bs', 'max_num_tokens', 'vocab_size', 'num_pool', 'fim_stride', 'fim_width',
-           'table_stride0', 'table_stride1', 'table_rows', 'table_cols', 'table_batch_order', 'page_size',
+    # written when the step is built and at every bind (the runtime tensors' sizes are not here: they travel with
+    # the tensors, as the kernel's arguments, so no header value can send the kernel outside them)
+    bound=('max_bs', 'max_num_tokens', 'vocab_size', 'table_batch_order', 'page_size',
            'dummy_kv_slot', 'state_write_pad', 'pad_token_id', 'has_mamba_buffers',
            # offsets of the buffers in the slab (elements of each buffer's dtype)
            'o_input_ids', 'o_shifted', 'o_input_lengths', 'o_out_cache_loc', 'o_seq_lens', 'o_extend_prefix',
@@ -58,6 +59,21 @@ def staging_layout(max_bs: int, max_num_tokens: int) -> dict:
         at[name], n = n, n + size
     at['end'] = n
     return at
+
+# %% ../nbs/13_step_plan.ipynb #d9bf35c7
+BUFFER_OFFSETS = dict(
+    o_input_ids='input_ids_buf', o_shifted='shifted_prefill_ids_buf', o_input_lengths='input_lengths_buf',
+    o_out_cache_loc='out_cache_loc_buf', o_seq_lens='seq_lens_buf', o_extend_prefix='extend_prefix_lens_buf',
+    o_extend_seq='extend_seq_lens_buf', o_mamba0='mamba_pool_indices_buf', o_mamba1='mamba_cow_src_indices_buf',
+    o_mamba2='mamba_branching_seqlens_buf', o_mamba3='mamba_track_pool_indices_buf', o_positions='positions_buf',
+    o_mrope='mrope_positions_buf', o_req_pool='req_pool_indices_buf', o_state_write='state_write_req_pool_indices_buf',
+    o_force='force_single_token_verify_buf')
+_RULES = {r.name: r for r in PADDING}
+
+def buffer_extent(field: str, max_bs: int, max_num_tokens: int) -> tuple:
+    "`(bytes per element, elements)` of the buffer the header's offset field `field` points at."
+    r = _RULES[BUFFER_OFFSETS[field]]
+    return r.dtype.itemsize, dict(tokens=max_num_tokens, rows=max_bs, mrope=3 * max_num_tokens)[r.size]
 
 # %% ../nbs/13_step_plan.ipynb #d1e0ad87
 @dataclass
@@ -122,10 +138,14 @@ def write_lists(plan: tuple, a: np.ndarray):
         if type(v) is np.ndarray: a[at:at + len(v)] = v
         else:
             try: struct.pack_into(f'={len(v)}i', a, 4 * at, *v)
-            except struct.error:
-                i, x = next((i, x) for i, x in enumerate(v) if isinstance(x, bool) or not hasattr(x, '__index__')
-                            or not -2**31 <= x < 2**31)
-                raise ValueError(f'{name} must hold int32 integers, got {name}[{i}] = {x!r}') from None
+            except struct.error: refuse_int32s(name, v)
+
+def refuse_int32s(name: str, values):
+    "Raise the `ValueError` naming the first entry of the list `name` that is not an int32 integer (after a pack of it failed)."
+    i, x = next(((i, x) for i, x in enumerate(values) if isinstance(x, bool) or not hasattr(x, '__index__')
+                 or not -2**31 <= x < 2**31), (None, None))
+    if i is None: raise ValueError(f'{name} must hold int32 integers')
+    raise ValueError(f'{name} must hold int32 integers, got {name}[{i}] = {x!r}')
 
 def staged_ints(plan: tuple) -> tuple:
     "The header's step fields and every int behind them, as the slot will hold them."
