@@ -4,7 +4,7 @@ and name the request, position and slot. With Mooncake installed the default run
 engine instance loading the shared prefixes the first stored), and it survives its master killed mid-run. A fault the
 options cannot fire is a usage error before anything is built, every injection is counted (`fault_fired` in the
 report), and a run whose fault never fired fails."""
-import functools, hashlib, json, os, subprocess, sys, time
+import functools, hashlib, json, os, re, subprocess, sys, time
 import numpy as np
 import pytest
 from l3_servers import mooncake_missing
@@ -52,7 +52,7 @@ def test_demo_passes_every_check(ranks):
     assert int(logits[2]) > 0 and int(kv[2]) > 0
     tol = float(logits[logits.index('(tolerance') + 1].rstrip(');'))
     assert float(logits[logits.index('|difference|') + 1]) <= tol and float(kv[kv.index('|difference|') + 1]) <= tol
-    for words in ('graph replays', 'offloads', 'single-token verifies', 'model: transformers Llama', 'transformers 5.'):
+    for words in ('replays of a captured graph', 'offloads', 'single-token verifies', 'model: transformers Llama', 'transformers 5.'):
         assert words in r.stdout
     for words in ('staged for the decode graph', 'fill_input_buffers', 'gen-0 collections'):
         assert words in line(r, 'input prep per step') + line(r, 'garbage collector')
@@ -193,6 +193,26 @@ def test_demo_hybrid_catches_state_faults(fault, tmp_path):
     assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] >= 1     # counted where the model applied it
 
 
+def test_demo_hybrid_catches_a_padded_row_staged_onto_a_live_row(tmp_path):
+    "--fault padded-state-write: inside a replayed decode graph, a padded row is staged onto a live request's working state row; the checks name the row."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--fault', 'padded-state-write',
+             '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert 'Traceback' not in r.stderr, r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert re.search(r'state_write_req_pool_indices_buf\[\d+\] = \d+, expected \d+ \(padding|state row \d+', v), v
+    assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] == 1
+
+
+def test_demo_hybrid_decode_steps_are_graph_replays(tmp_path):
+    "--model hybrid: its decode steps replay the captured decode graph, some of them padded; the report and its JSON count both."
+    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    j = json.loads((tmp_path / 'r.json').read_text())
+    assert j['graph_replays'] == j['step_kinds']['graph_steps'] > 0 and 0 < j['padded_graph_steps'] <= j['graph_replays']
+    assert f"{j['graph_replays']} replays of a captured graph, {j['padded_graph_steps']} of them padded" in r.stdout
+
+
 
 @mooncake_missing
 def test_demo_hybrid_l3_scenario_resumes_from_loaded_checkpoints(tmp_path):
@@ -234,11 +254,11 @@ def test_hybrid_padded_rows_must_write_the_padding_row():
     m = HybridModel.__new__(HybridModel)                # no weights needed: the rule reads which rows changed
     stats = dict(states_compared=0, checkpoints_written=0, checkpoints_reused=0, max_state_diff=0.0, padded_steps=0)
     m.padding, m.step_rows, m.marks, m.cow, m.work, m.cows, m.prefixes = 0, [5, 6], [], {}, {}, 0, {}
-    m.padded, m.changed = 2, [5, 6]
+    m.padded, m.changed_rows = 2, lambda: [5, 6]        # what the slabs against before_step's would say
     assert '2 padded rows ran and the padding row (0) did not change' in m.check_states([], 1e-4, stats)
-    m.step_rows, m.changed = [5, 6], [0, 5, 6]
+    m.step_rows, m.changed_rows = [5, 6], lambda: [0, 5, 6]
     assert m.check_states([], 1e-4, stats) is None and stats['padded_steps'] == 1
-    m.step_rows, m.padded, m.changed = [5, 6], 0, [5, 6]
+    m.step_rows, m.padded, m.changed_rows = [5, 6], 0, lambda: [5, 6]
     assert m.check_states([], 1e-4, stats) is None and stats['padded_steps'] == 1
 
 

@@ -39,7 +39,8 @@ def machine_line(device=None) -> str:
 SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps', 'tokens', 'finished', 'offloads',
           'resumes', 'overrides', 'single_verify', 'accepted_drafts', 'checks', 'logits_compared', 'near_ties',
           'kv_compared', 'host_bytes', 'gc_gen0', 'gc_in_prep', 'states_compared', 'checkpoints_written',
-          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored', 'padded_steps', 'fault_fired')
+          'checkpoints_reused', 'prefix_hits', 'tokens_saved', 'states_restored', 'padded_steps', 'fault_fired',
+          'graph_replays', 'padded_graph_steps')
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
@@ -242,6 +243,7 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                                       hot_us=us('prep_repeat_us'), hot_steps=s.get('prep_repeat_us_n')),
                            gc=dict(gen0_collections=s.get('gc_gen0'), collections_in_prep=s.get('gc_in_prep'))),
                 step_kinds={k: s.get(k) for k in ('graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps')},
+                graph_replays=s.get('graph_replays'), padded_graph_steps=s.get('padded_graph_steps'),
                 tokens=s.get('tokens'), checks=s.get('checks'), kv_compared=s.get('kv_compared'),
                 states_compared=s.get('states_compared'), states_restored=s.get('states_restored'),
                 padded_steps=s.get('padded_steps'), l3=l3)

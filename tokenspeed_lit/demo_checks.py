@@ -194,6 +194,10 @@ FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the opt
                            needs='--model hybrid, --verify-width 2 (a draft token after the verified one), and a decode '
                                  'row whose draft is rejected', options='--model hybrid, --verify-width 2', model='hybrid',
                            outcome='caught'),
+    'padded-state-write': dict(does="stages a replayed decode graph's last row, when padded, onto the working state row "
+                                    "of the step's first request (inside the graph, before the forward)",
+                               needs='--model hybrid, and a decode step replayed with a padded row',
+                               options='--model hybrid', model='hybrid', outcome='caught'),
     'l3-bad-page': dict(does='changes a value of a page the second instance loaded from L3',
                         needs='the L3 scenario, and a request of the second instance that loads a page from L3 (one '
                               'sharing a system prompt with a request of the first instance)',
@@ -251,6 +255,10 @@ class Faults:
     def matched(self, hit):
         "A prefix hit at admission: under `wrong-checkpoint` the hybrid model handed out the checkpoint of the page before."
         if hit is not None and getattr(self.e.model, 'fault', None) == 'wrong-checkpoint': self.fired()
+
+    def padded(self, rows: int, batch: int):
+        "A decode graph replayed with `batch - rows` padded rows: under `padded-state-write` its last row wrote a live row."
+        if batch > rows and getattr(self.e.model, 'fault', None) == 'padded-state-write': self.fired()
 
     def verified(self, kept: int, fed: int):
         "A decode row verified: under `rejected-draft` the hybrid model left a rejected draft's update in the state."

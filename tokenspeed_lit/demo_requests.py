@@ -152,6 +152,10 @@ class LlamaModel:
         "The forward over the step's staged tokens (`batch` rows); its logits land in `logits`."
         return self.paged.forward(total_tokens, batch)
 
+    def graph_forward(self, total_tokens: int, batch: int):
+        "The decode forward its graph captures: the same forward (it reads nothing on the host)."
+        return self.paged.forward(total_tokens, batch)
+
     @property
     def logits(self) -> torch.Tensor: return self.paged.logits
 
@@ -176,6 +180,7 @@ class LlamaModel:
     def idle_rows(self, r: Request) -> list: return []          # nothing to store beside an idle request's pages
     def resume_rows(self, r: Request) -> list: return []
     def admit(self, r: Request, cow: int = -1): pass
+    def before_step(self, rows: int, batch: int): pass         # no state rows to keep before a step
     def release(self, r: Request): pass
     def state_lists(self, rows) -> dict: return {}            # no Mamba lists in its steps
     def check_states(self, live, tolerance: float, stats: dict): return None

@@ -76,7 +76,8 @@ class Scheduler:
                           checks=0, logits_compared=0, near_ties=0, kv_compared=0, max_logit_diff=0.0,
                           max_kv_diff=0.0, host_bytes=0, host_seconds=0.0, gc_in_prep=0, states_compared=0,
                           max_state_diff=0.0, checkpoints_written=0, checkpoints_reused=0, prefix_hits=0,
-                          tokens_saved=0, states_restored=0, padded_steps=0, fault_fired=0, **{k: [] for k in PREP_KEYS})
+                          tokens_saved=0, states_restored=0, padded_steps=0, fault_fired=0, graph_replays=0,
+                          padded_graph_steps=0, **{k: [] for k in PREP_KEYS})
         self.pages = Pages(cfg, self.pool_rows, self.width, self.device)
         self.stream = new_stream(self.device)
         self.host = HostTier(self.pages, cfg.host_pages, self.stream, self.stats)
@@ -128,7 +129,8 @@ def decode_graph(self: Scheduler, padded_bs: int):
     if padded_bs not in self.graphs:
         n = padded_bs * self.cfg.verify_width
         if self.model.capturable:
-            self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.forward(n, padded_bs)), self.device)
+            self.graphs[padded_bs] = capture(lambda: (self.bufs.issue_captured(), self.model.graph_forward(n, padded_bs)),
+                                             self.device)
         else:         # run eagerly: its step was launched from a ring slot by fill_input_buffers, the capture slot unused
             self.graphs[padded_bs] = Captured(lambda: self.model.forward(n, padded_bs))
     return self.graphs[padded_bs]
@@ -256,8 +258,12 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     else: self.timer.prep(self.bufs, op, self.states, pg.batch_table, total, decode,
                           captured=decode and padded_bs is not None and self.model.capturable)   # (else: launched now)
     fl.inject(rows, total)
+    self.model.before_step(len(rows), padded_bs or len(rows))   # outside any graph: a hybrid keeps its slabs
     if padded_bs is not None:    # the graph runs the staged step, then the forward; the groups read the step's buffers
         self.decode_graph(padded_bs).replay(); self.stats['graph_steps'] += 1
+        if self.model.capturable:       # a captured graph (on the CPU its function, run eagerly), not an eager forward
+            self.stats['graph_replays'] += 1; self.stats['padded_graph_steps'] += padded_bs > len(rows)
+            fl.padded(len(rows), padded_bs)
         fl.inject_tail(total)
         self._groups_and_draft(rows, total, padded_bs)
         padded_tokens = padded_bs * L
@@ -393,7 +399,8 @@ def report(stats: dict) -> str:
     gbs = stats['host_bytes'] / stats['host_seconds'] / 1e9 if stats['host_seconds'] else float('nan')
     return '\n'.join([
         f"ranks                {stats['ranks']}",
-        f"steps                {stats['steps']} ({stats['graph_steps']} graph replays, {stats['mixed_steps']} mixed, "
+        f"steps                {stats['steps']} ({stats['graph_steps']} decode graph steps: {stats['graph_replays']} "
+        f"replays of a captured graph, {stats['padded_graph_steps']} of them padded; {stats['mixed_steps']} mixed, "
         f"{stats['prefill_steps']} prefill, {stats['dummy_steps']} dummy decodes)",
         f"tokens               {stats['tokens']}",
         f"requests finished    {stats['finished']}, each output equal to generate's",

@@ -12,6 +12,7 @@ from .device import as_device
 from .contract import InputTypeError, check_int, check_int_tensor, check_same_device
 from .kv_pool import PagedKVPool
 from .input_buffers import InputBuffers
+from .hybrid_decode import decode_forward
 
 # %% auto #0
 __all__ = ['TOLERANCE', 'qwen35_config', 'tiny_qwen35', 'linear_layers', 'state_shapes', 'HybridReference',
@@ -243,6 +244,11 @@ class PagedHybrid:
         self.logits[:N] = self.model.lm_head(m.norm(h))[0]
         return self.logits[:N]
 
+    def decode(self, num_tokens: int, num_rows: int) -> torch.Tensor:
+        "A decode step as a graph runs it (`hybrid_decode.decode_forward`): every layer's tensors checked (host metadata), then device ops only, no host read of an index."
+        _check_pool_tensors(self.model, self.pool)
+        return decode_forward(self, num_tokens, num_rows, self._context, self._full)
+
     def _context(self, N: int, B: int):
         "Each token's key slots `[N, context]` (its row's pages, in order) and which of them it attends to (`PagedLlama`'s rule)."
         b, ps, dev = self.bufs, self.pool.page_size, self.pool.device
@@ -414,13 +420,19 @@ def checkpoint_at(cached: int, n: int, page_size: int) -> int:
     b = (cached + n) // page_size * page_size
     return b if b > cached else -1
 
+# %% ../nbs/29_hybrid.ipynb #f49a0c01
+def _stage_padded_onto_live(bufs: InputBuffers, batch: int):
+    "`--fault padded-state-write`, inside the graph (device ops): the last row, when padded, staged onto row 0's working state row."
+    w, work = bufs.state_write_req_pool_indices_buf, bufs.mamba_pool_indices_buf
+    w[batch - 1] = torch.where(work[batch - 1] < 0, work[0], w[batch - 1]).to(w.dtype)
+
 # %% ../nbs/29_hybrid.ipynb #0b558ef3
 class HybridModel:
     "`demo --model hybrid`: `tiny_qwen35` run by `PagedHybrid`, one working state row per request, checkpoints at page boundaries."
     DEFAULTS = dict(vocab=256, layers=4, heads=4, kv_heads=2, head_dim=16, intermediate=128, verify_width=2,
                     repeat_prep=False)   # the demo's config for it (`DemoConfig.for_device`)
     MAX_VERIFY_WIDTH = 2    # one verify checkpoint per decode row: after its first token (below)
-    capturable = False      # it reads its rows' state indices on the host: its decode "graph" runs eagerly
+    capturable = True       # its decode forward (`graph_forward`) reads the state indices on the device
     reference_batch = 32    # requests whose references one batched call computes (a GPU's launches paid once)
     extra_pages = 2         # page ids per request beside its KV pages: the rows of its working and verify states
 
@@ -428,7 +440,7 @@ class HybridModel:
         self.llm = tiny_qwen35(seed=cfg.model_seed, device=device, **self.shape(cfg, max_positions))
         self.paged = PagedHybrid(self.llm, pool, bufs, batch_table)     # reads the batch-ordered table
         self.pool, self.padding, self.fault = pool, bufs.state_write_padding_pool_index, cfg.fault
-        self.work, self.verify, self.step_rows, self.marks, self.changed, self.padded = {}, {}, [], [], [], 0
+        self.work, self.verify, self.step_rows, self.marks, self.before, self.padded = {}, {}, [], [], [], 0
         self.cow, self.cows = {}, 0      # request -> checkpoint row its first step copies; copies staged this step
         self.prefixes = {}               # tokens of a prefix ending on a page boundary -> (its pages, its checkpoint row)
 
@@ -443,18 +455,28 @@ class HybridModel:
         "The `PagedKVPool` keywords of its state layers."
         return state_shapes(qwen35_config(**cls.shape(cfg)))
 
+    def before_step(self, rows: int, batch: int):
+        "Before a step of `rows` rows run as `batch` (padded): the padding row zeroed (so that its write shows), the slabs kept for `check_states`."
+        self.padded = batch - rows
+        if self.padded:
+            for c, s in self.pool.state_slabs: c[self.padding], s[self.padding] = 0, 0
+        self.before = [(c.clone(), s.clone()) for c, s in self.pool.state_slabs]
+
+    def changed_rows(self) -> list:
+        "The state rows the step changed since `before_step` (a host read: after the step)."
+        moved = sum(((c != c0).flatten(1).any(1) | (s != s0).flatten(1).any(1)).long()
+                    for (c, s), (c0, s0) in zip(self.pool.state_slabs, self.before))
+        return moved.nonzero().flatten().tolist()
+
     @torch.no_grad()
     def forward(self, total_tokens: int, batch: int):
-        "The forward over the step's staged tokens; the state rows it changed are kept for `check_states`."
-        self.padded = batch - len(self.step_rows)          # rows of a padded batch size: they write the padding row,
-        if self.padded:                                    # zeroed first so that their write shows (a row fed the
-            for c, s in self.pool.state_slabs: c[self.padding], s[self.padding] = 0, 0   # pad token for long stops changing)
-        before = [(c.clone(), s.clone()) for c, s in self.pool.state_slabs]
-        out = self.paged.forward(total_tokens, batch)
-        moved = sum(((c != c0).flatten(1).any(1) | (s != s0).flatten(1).any(1)).long()
-                    for (c, s), (c0, s0) in zip(self.pool.state_slabs, before))
-        self.changed = moved.nonzero().flatten().tolist()
-        return out
+        "An eager step over the staged tokens (prefill, mixed): `PagedHybrid.forward`, every index checked on the host."
+        return self.paged.forward(total_tokens, batch)
+
+    def graph_forward(self, total_tokens: int, batch: int):
+        "The decode forward a graph captures: `PagedHybrid.decode`, indices read on the device (`fault`: see `padded-state-write`)."
+        if self.fault == 'padded-state-write': _stage_padded_onto_live(self.paged.bufs, batch)
+        return self.paged.decode(total_tokens, batch)
 
     @property
     def logits(self) -> torch.Tensor: return self.paged.logits
@@ -504,12 +526,13 @@ def state_lists(self: HybridModel, rows) -> dict:
 @patch
 def check_states(self: HybridModel, live, tolerance: float, stats: dict) -> str | None:
     "After a step: which state rows changed, every live request's working state and this step's checkpoints against transformers'; a violation in words, or None."
+    changed = self.changed_rows()
     allowed = {self.padding, *self.step_rows, *(t for _, _, t, _ in self.marks)}
-    stray = [row for row in self.changed if row not in allowed]
+    stray = [row for row in changed if row not in allowed]
     if stray:
         return (f'state row {stray[0]} changed, and it is neither the padding row ({self.padding}) nor a working or '
                 f'checkpoint row of this step')
-    if self.padded and self.padding not in self.changed:
+    if self.padded and self.padding not in changed:
         return f'{self.padded} padded rows ran and the padding row ({self.padding}) did not change: where did they write?'
     stats['padded_steps'] += bool(self.padded)
     def worst(row, ref, q):
