@@ -264,6 +264,8 @@ def test_two_stores_one_partitioned(cluster):
     assert whole['prefix'] == n and whole['sha'] == put['sha']
     h.partition('inst2', 'store2')
     try:
+        m = i2.call(op='match', seed=7, n=n)             # the master still lists store2's objects
+        assert m['prefix'] == n
         t0 = time.monotonic()
         got = i2.call(op='get', seed=7, n=n, at=192, wait_s=30)
         took = time.monotonic() - t0
@@ -334,3 +336,5 @@ def test_store_killed_mid_get(cluster):
     unsafe = sorted(128 + i for i, c in enumerate(got['codes']) if c not in SAFE_CODES)   # a failed transfer may be in flight
     assert set(unsafe) <= set(got['quarantined']), (got['quarantined'], unsafe)
     print(f"store killed mid-get: {len(ok)} loaded exact, codes {sorted(set(got['codes']))}, {got['done_s']:.2f} s")
+    m = settle(i2, 6, n, op='match', tries=8)          # what match still claims once the store host's process is gone
+    print(f"match right after: prefix {m['prefix']} of {n}, codes {sorted(set(m['codes']))}")
