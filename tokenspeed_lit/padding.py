@@ -11,8 +11,8 @@ from .device import as_device
 from .contract import check_positive, check_int, check_device
 
 # %% auto #0
-__all__ = ['PAD_TOKEN_ID', 'PADDING', 'PadRule', 'padding_values', 'reset_tail', 'PaddedBuffers', 'clamp_token_ids_',
-           'dummy_decode_seq_len', 'pick_capture_size']
+__all__ = ['PAD_TOKEN_ID', 'PADDING', 'PadRule', 'buffer_shape', 'padding_values', 'reset_tail', 'PaddedBuffers',
+           'clamp_token_ids_', 'dummy_decode_seq_len', 'pick_capture_size']
 
 # %% ../nbs/11_padding.ipynb #d3b23ac9
 PAD_TOKEN_ID = 1
@@ -47,6 +47,11 @@ PADDING = (
     PadRule('mamba_track_pool_indices_buf', torch.int32, 'rows', 'rows', -1, mamba=True),
 )
 "Every persistent model-input buffer and its padding rule, in allocation order."
+
+# %% ../nbs/11_padding.ipynb #28eae747
+def buffer_shape(rule: PadRule, max_bs: int, max_num_tokens: int) -> tuple:
+    "The shape of `rule`'s buffer for `max_bs` requests and `max_num_tokens` tokens."
+    return dict(tokens=(max_num_tokens,), rows=(max_bs,), mrope=(3, max_num_tokens))[rule.size]
 
 # %% ../nbs/11_padding.ipynb #79ffb5ba
 def _named_values(dummy_kv_slot: int, state_write_padding_pool_index: int) -> dict:
@@ -88,11 +93,10 @@ class PaddedBuffers:
         self.dummy_kv_slot, self.state_write_padding_pool_index = int(dummy_kv_slot), int(state_write_padding_pool_index)
         self.rules = tuple(r for r in PADDING if has_mamba or not r.mamba)
         self.values = padding_values(dummy_kv_slot, state_write_padding_pool_index, has_mamba)
-        shapes = dict(tokens=(max_num_tokens,), rows=(max_bs,), mrope=(3, max_num_tokens))
         up = lambda n: -(-n // _ALIGN) * _ALIGN
         layout, at = [], up(4 * int(scratch))
         for r in self.rules:
-            shape = shapes[r.size]
+            shape = buffer_shape(r, max_bs, max_num_tokens)
             nbytes = r.dtype.itemsize * (shape[0] * (shape[1] if len(shape) > 1 else 1))
             layout.append((r, shape, at, nbytes)); at += up(nbytes)
         self.slab = torch.empty(max(at, _ALIGN), dtype=torch.uint8, device=self.device)

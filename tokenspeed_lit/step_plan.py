@@ -7,19 +7,19 @@ from __future__ import annotations
 from collections import namedtuple
 from dataclasses import dataclass, field
 from operator import add, le, lt
-import struct
+import math, struct
 import numpy as np
 import triton.language as tl
 from .contract import check_int, check_flag, int_list, int_seq, InputTypeError
 from .header_layout import HeaderLayout
-from .padding import PADDING, dummy_decode_seq_len
+from .padding import PADDING, buffer_shape, dummy_decode_seq_len
 
 # %% auto #0
 __all__ = ['STEP_HEADER', 'HDR', 'HEADER_INTS', 'STEP_AT', 'LISTS_AT', 'STEP_START', 'STEP_END', 'BUFFER_OFFSETS', 'MAMBA_FIELDS',
            'SECTIONS', 'PLAN_FIELDS', 'StepPlan', 'PLAN', 'HEADER_FIELDS', 'LISTS', 'OVERRIDES', 'PACKING', 'MID_CHUNK',
            'POOL_NAME', 'PLANNER', 'ONE_PACK', 'IDS_COPIED', 'BY_SECTION', 'WRITTEN', 'staging_layout', 'buffer_extent',
-           'ForwardOp', 'back_to_back', 'write_lists', 'refuse_int32s', 'staged_ints', 'same_step', 'pool_error',
-           'StepPlanner']
+           'ForwardOp', 'back_to_back', 'write_lists', 'is_int32', 'refuse_int32s', 'staged_ints', 'same_step',
+           'pool_error', 'StepPlanner']
 
 # %% ../nbs/13_step_plan.ipynb #ae722c4f
 STEP_HEADER = HeaderLayout(
@@ -73,7 +73,7 @@ _RULES = {r.name: r for r in PADDING}
 def buffer_extent(field: str, max_bs: int, max_num_tokens: int) -> tuple:
     "`(bytes per element, elements)` of the buffer the header's offset field `field` points at."
     r = _RULES[BUFFER_OFFSETS[field]]
-    return r.dtype.itemsize, dict(tokens=max_num_tokens, rows=max_bs, mrope=3 * max_num_tokens)[r.size]
+    return r.dtype.itemsize, math.prod(buffer_shape(r, max_bs, max_num_tokens))
 
 # %% ../nbs/13_step_plan.ipynb #d1e0ad87
 @dataclass
@@ -140,10 +140,13 @@ def write_lists(plan: tuple, a: np.ndarray):
             try: struct.pack_into(f'={len(v)}i', a, 4 * at, *v)
             except struct.error: refuse_int32s(name, v)
 
+def is_int32(x) -> bool:
+    "Whether `x` is an integer (not a bool) that fits an int32 slot."
+    return not isinstance(x, bool) and hasattr(x, '__index__') and -2**31 <= x < 2**31
+
 def refuse_int32s(name: str, values):
     "Raise the `ValueError` naming the first entry of the list `name` that is not an int32 integer (after a pack of it failed)."
-    i, x = next(((i, x) for i, x in enumerate(values) if isinstance(x, bool) or not hasattr(x, '__index__')
-                 or not -2**31 <= x < 2**31), (None, None))
+    i, x = next(((i, x) for i, x in enumerate(values) if not is_int32(x)), (None, None))
     if i is None: raise ValueError(f'{name} must hold int32 integers')
     raise ValueError(f'{name} must hold int32 integers, got {name}[{i}] = {x!r}')
 
@@ -170,7 +173,7 @@ def pool_error(rows, num_pool: int, name: str):
     "Raise the `ValueError` for pool rows that failed `StepPlanner.check_pools`: the first value that is not an int32 or is outside the pool, else the first pair."
     rows = rows.tolist() if type(rows) is np.ndarray else list(rows)
     for r in rows:
-        if isinstance(r, bool) or not hasattr(r, '__index__') or not -2**31 <= r < 2**31:
+        if not is_int32(r):
             raise ValueError(f'{name} must hold int32 integers, got {r!r}')
         if not 0 <= r < num_pool: raise ValueError(f'{name} holds {r}, outside the pool [0, {num_pool})')
     first = {}
