@@ -12,8 +12,8 @@ from .device import HAS_ACCEL, as_device, triton_interpreted
 # %% auto #0
 __all__ = ['OUT_DTYPES', 'CHECK_DEVICE_VALUES', 'InputTypeError', 'check_int', 'check_flag', 'int_list', 'int_seq',
            'check_runnable', 'check_device', 'check_int_tensor', 'check_vectors', 'check_out', 'check_same_len',
-           'check_capacity', 'check_positive', 'check_same_device', 'check_kernel_device', 'check_seconds',
-           'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
+           'overlapping', 'check_capacity', 'check_positive', 'check_same_device', 'check_kernel_device',
+           'check_seconds', 'device_checks_enabled', 'device_value_checks', 'check_values', 'check_unique']
 
 # %% ../nbs/07_contract.ipynb #00e8a28f
 class InputTypeError(TypeError, ValueError):
@@ -132,6 +132,21 @@ def check_same_len(**seqs):
     if lens and lens.count(lens[0]) != len(lens):
         raise ValueError('lengths disagree: ' + ', '.join(f'len({k})={n}' for k, n in zip(seqs, lens)))
     return lens[0] if lens else 0
+
+# %% ../nbs/07_contract.ipynb #ca5e94ad
+def _extent(t: torch.Tensor) -> int:
+    "Bytes from `t`'s first element to one past its last (its strides are non-negative)."
+    return (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) * t.element_size()
+
+def overlapping(tensors: dict) -> tuple | None:
+    "Two names of `tensors` (name -> tensor), in the dict's order, whose memory overlaps, or None: address ranges compared per device."
+    order = {name: i for i, name in enumerate(tensors)}
+    spans = sorted((str(t.device), t.data_ptr(), t.data_ptr() + _extent(t), name) for name, t in tensors.items() if t.numel())
+    last = None                                          # the span reaching furthest so far on this device
+    for dev, a, e, name in spans:
+        if last is not None and last[0] == dev and a < last[2]: return tuple(sorted((last[3], name), key=order.get))
+        if last is None or last[0] != dev or e > last[2]: last = (dev, a, e, name)
+    return None
 
 # %% ../nbs/07_contract.ipynb #dc265d95
 def check_capacity(name: str, t: torch.Tensor, needed: int):

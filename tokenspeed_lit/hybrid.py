@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from fastcore.basics import patch
 from .device import as_device
-from .contract import InputTypeError, check_int, check_int_tensor, check_same_device
+from .contract import InputTypeError, check_int, check_int_tensor, check_same_device, overlapping
 from .kv_pool import PagedKVPool
 from .input_buffers import InputBuffers
 from .hybrid_decode import decode_forward
@@ -136,19 +136,6 @@ def run_hybrid_reference(model, prompt, new_tokens: int) -> HybridReference:
     return run_hybrid_references(model, [prompt], [new_tokens])[0]
 
 # %% ../nbs/29_hybrid.ipynb #e7a3c1f0
-def _extent(t: torch.Tensor) -> int:
-    "Bytes from `t`'s first element to one past its last (its strides are non-negative)."
-    return (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) * t.element_size()
-
-def _overlap(tensors: dict) -> tuple | None:
-    "Two names of `tensors` (name -> tensor) whose memory overlaps, or None: address ranges compared per device."
-    spans = sorted((str(t.device), t.data_ptr(), t.data_ptr() + _extent(t), name) for name, t in tensors.items() if t.numel())
-    last = None                                          # the span reaching furthest so far on this device
-    for dev, a, e, name in spans:
-        if last is not None and last[0] == dev and a < last[2]: return last[3], name
-        if last is None or last[0] != dev or e > last[2]: last = (dev, a, e, name)
-    return None
-
 def _check_pool_tensors(model, pool: PagedKVPool):
     "Raise unless every layer's tensors fit `model`: state slabs (row per page id, row shape, dtype, device, contiguous, memory of their own), K and V."
     c, want, w = model.config, state_shapes(model), model.lm_head.weight
@@ -182,7 +169,7 @@ def _check_pool_tensors(model, pool: PagedKVPool):
     for l in range(pool.num_layers):                     # whole K and V tensors (a slab of layers counts once)
         for kind, buf in (('K', pool.k_buffer), ('V', pool.v_buffer)):
             if buf[l] is not None and all(buf[l] is not t for t in mine.values()): mine[f'the {kind} of layer {l}'] = buf[l]
-    clash = _overlap(mine)
+    clash = overlapping(mine)
     if clash: raise ValueError(f'{clash[0]} and {clash[1]} share memory: a write to one would change the other')
 
 # %% ../nbs/29_hybrid.ipynb #988384ca

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 from .launch import FastLaunch, cdiv, next_pow2
-from .contract import check_int_tensor, check_capacity, check_positive, check_int, check_out, check_vectors, device_checks_enabled, check_values, check_unique, check_same_len, InputTypeError
+from .contract import check_int_tensor, check_capacity, check_positive, check_int, check_out, check_vectors, device_checks_enabled, check_values, check_unique, check_same_len, overlapping, InputTypeError
 import triton
 import triton.language as tl
 
@@ -491,11 +491,9 @@ def _check_groups(out_cache_locs, req_to_pages, page_sizes, sliding_widths, dumm
             raise ValueError(f'out_cache_locs[{g}] has {o.numel()} elements, out_cache_locs[0] has {outs[0].numel()}')
     rings = [0 if w is None else check_int(f'sliding_widths[{g}]', w, lo=1, hi=t.shape[1])
              for g, (w, t) in enumerate(zip(widths, tables))]
-    spans = sorted((o.data_ptr(), o.data_ptr() + o.numel() * o.element_size(), g) for g, o in enumerate(outs))
-    for (a0, a1, ga), (b0, b1, gb) in zip(spans, spans[1:]):     # two groups writing one memory: one loses its slots
-        if b0 < a1 and a1 > a0 and b1 > b0:
-            raise ValueError(f'out_cache_locs[{min(ga, gb)}] and out_cache_locs[{max(ga, gb)}] overlap in memory: '
-                             f'each group needs its own output')
+    clash = overlapping(dict(enumerate(outs)))          # two groups writing one memory: one loses its slots
+    if clash: raise ValueError(f'out_cache_locs[{clash[0]}] and out_cache_locs[{clash[1]}] overlap in memory: '
+                               f'each group needs its own output')
     return outs, tables, sizes, rings, dummy
 
 # %% ../nbs/10_positions.ipynb #6f3c712f
