@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from tokenspeed_lit import l3
-from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, TIMEOUT, ERROR, DOWN, size_bytes
+from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, TIMEOUT, DOWN, size_bytes
 from tokenspeed_lit.l3_keys import L3Keys, L3Namespace, layout_fingerprint
 from tokenspeed_lit.l3_store import check_master, check_metadata_server, ram_bytes
 from test_l3 import engine, tokens, freeze
@@ -135,16 +135,22 @@ def test_closed_store_refuses_every_call(shared_mooncake):
         with pytest.raises(RuntimeError, match=r'on a closed store \(127\.0\.0\.1:\d+\): nothing was sent'): f()
 
 
-def test_tier_on_a_closed_store_reports_errors(shared_mooncake):
-    "The store closed under a live tier: its workers' calls raise inside the store, the tier reports ERROR/DOWN."
+@pytest.mark.parametrize('probe_s', [0.2, 0.001])
+def test_tier_on_a_closed_store_reports_down_and_holds_nothing(shared_mooncake, probe_s):
+    """The store closed under a live tier: it refuses each call before sending (`NothingSent`), so every page is
+    reported DOWN and none is held or quarantined, whether a call is refused by the open circuit (probe_s 0.2) or
+    admitted as its probe and refused by the store (probe_s 0.001: every call probes)."""
     pool, mirror, ns = engine('per-layer', host_pages=8, salt=os.urandom(8))
     store = MooncakeStore(shared_mooncake.master)
-    with L3Tier(mirror, store, ns, timeout_s=0.5) as t:
+    with L3Tier(mirror, store, ns, timeout_s=0.5, probe_interval_s=probe_s) as t:
         keys = ns.keys(tokens(50, 4 * 3))
         store.close()
-        for h in (t.match(keys), t.get(keys, [1, 2, 3]), t.put([4, 5, 6], keys)):
-            assert h.wait(2) and not h.ok.any() and set(h.codes.tolist()) <= {ERROR, DOWN}
-        assert not t.held().any()
+        for call in (lambda: t.match(keys), lambda: t.get(keys, [1, 2, 3]), lambda: t.put([4, 5, 6], keys)):
+            time.sleep(2 * probe_s if probe_s < 0.1 else 0)
+            h = call()
+            assert h.wait(2) and h.codes.tolist() == [DOWN] * 3 and h.released
+        assert not t.held().any() and t.quarantined() == []
+        assert t.stats['trips'] == 1                               # the first DOWN opened the circuit, once
 
 
 def test_store_closed_with_a_call_inside_closes_when_it_returns(mooncake):

@@ -13,21 +13,21 @@ from .contract import InputTypeError, check_int, check_seconds
 from .l3_keys import L3Keys, L3Namespace, layout_fingerprint
 from .l3_store import (OK, PENDING, NO_HANDLE, REPLICA_NOT_READY, MISS, EXISTS, LEASE_EXPIRED, TRANSFER_FAIL, RPC_FAIL, RPC_TIMEOUT,
                       TIMEOUT, REFUSED, DOWN, SHORT_READ, SKIPPED, ERROR, CODE_NAMES, SAFE_CODES, DOWN_CODES, INSTALL_HINT,
-                      MIN_SEGMENT, code_name, L3Store, mooncake_available, check_master, size_bytes, MooncakeStore)
+                      MIN_SEGMENT, code_name, NothingSent, L3Store, mooncake_available, check_master, size_bytes, MooncakeStore)
 from .l3_servers import mooncake_master_path, free_port, serve_segment, LocalMooncake
 
 # %% auto #0
 __all__ = ['QUEUED', 'RUNNING', 'ABANDONED', 'RETURNED', 'L3Handle', 'L3Tier', 'OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY',
            'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL', 'RPC_FAIL', 'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN',
            'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES', 'SAFE_CODES', 'DOWN_CODES', 'INSTALL_HINT', 'MIN_SEGMENT',
-           'code_name', 'L3Store', 'mooncake_available', 'check_master', 'size_bytes', 'MooncakeStore',
+           'code_name', 'NothingSent', 'L3Store', 'mooncake_available', 'check_master', 'size_bytes', 'MooncakeStore',
            'mooncake_master_path', 'free_port', 'serve_segment', 'LocalMooncake']
 
 # %% ../nbs/26_l3.ipynb #aa68ade5
 _all_ = ['OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY', 'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL',
          'RPC_FAIL', 'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN', 'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES',
-         'SAFE_CODES', 'DOWN_CODES', 'INSTALL_HINT', 'MIN_SEGMENT', 'code_name', 'L3Store', 'mooncake_available',
-         'check_master', 'size_bytes', 'MooncakeStore', 'mooncake_master_path', 'free_port', 'serve_segment',
+         'SAFE_CODES', 'DOWN_CODES', 'INSTALL_HINT', 'MIN_SEGMENT', 'code_name', 'NothingSent', 'L3Store',
+         'mooncake_available', 'check_master', 'size_bytes', 'MooncakeStore', 'mooncake_master_path', 'free_port', 'serve_segment',
          'LocalMooncake']
 
 # %% ../nbs/26_l3.ipynb #ec17b6ef
@@ -330,7 +330,7 @@ class _Workers(_CallQueue):
                 self._cv.notify_all(); self._watch_cv.notify()    # (a closing tier's watchdog may be waiting for this batch)
 
     def _attempt(self, b: _Batch) -> list[int]:
-        "Probe the store if the circuit is open, then run the batch; per-page codes (ERROR if the client raised)."
+        "Probe the store if the circuit is open, then run the batch; per-page codes (DOWN if the store sent nothing, ERROR if it raised otherwise)."
         n = b.hi - b.lo
         try:
             if b.probe:
@@ -338,6 +338,7 @@ class _Workers(_CallQueue):
                 with self._cv:
                     if self._down: self._down = False; self.stats['recoveries'] += 1
             return _store_requests(self.store, self._buf, b)
+        except NothingSent: return [DOWN] * n       # no byte moved: the pages are safe
         except Exception: return [ERROR] * n
 
     def _watch(self) -> None:

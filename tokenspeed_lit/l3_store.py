@@ -16,8 +16,8 @@ from .contract import InputTypeError, check_int, check_seconds
 __all__ = ['OK', 'PENDING', 'NO_HANDLE', 'REPLICA_NOT_READY', 'MISS', 'EXISTS', 'LEASE_EXPIRED', 'TRANSFER_FAIL', 'RPC_FAIL',
            'RPC_TIMEOUT', 'TIMEOUT', 'REFUSED', 'DOWN', 'SHORT_READ', 'SKIPPED', 'ERROR', 'CODE_NAMES', 'SAFE_CODES',
            'DOWN_CODES', 'INSTALL_HINT', 'MIN_SEGMENT', 'PROTOCOLS', 'CONNECT_TIMEOUT_S', 'CONFIG_MAX_BYTES',
-           'code_name', 'L3Store', 'mooncake_available', 'check_master', 'check_metadata_server', 'ram_bytes',
-           'size_bytes', 'MooncakeStore']
+           'code_name', 'NothingSent', 'L3Store', 'mooncake_available', 'check_master', 'check_metadata_server',
+           'ram_bytes', 'size_bytes', 'MooncakeStore']
 
 # %% ../nbs/24_l3_store.ipynb #bacfa062
 OK, PENDING = 0, 1
@@ -33,17 +33,22 @@ CODE_NAMES = {OK: 'ok', PENDING: 'pending', NO_HANDLE: 'no space', REPLICA_NOT_R
 # treats as safe); after any other failure a transfer may still be in flight, so the page stays quarantined.
 SAFE_CODES = frozenset({OK, PENDING, NO_HANDLE, REPLICA_NOT_READY, MISS, EXISTS, LEASE_EXPIRED, RPC_FAIL,
                         RPC_TIMEOUT, REFUSED, DOWN, SHORT_READ, SKIPPED})
-# Answers that say the store (master or transfer path) is unreachable: they open the circuit (see `l3`).
-DOWN_CODES = frozenset({TRANSFER_FAIL, RPC_FAIL, RPC_TIMEOUT, TIMEOUT, ERROR})
+# Answers that say the store (master or transfer path) is unreachable or refuses to send: they open the circuit
+# (see `l3`).
+DOWN_CODES = frozenset({TRANSFER_FAIL, RPC_FAIL, RPC_TIMEOUT, TIMEOUT, ERROR, DOWN})
 
 def code_name(code: int) -> str:
     "A readable name for a result code (`'mooncake -601'` for a Mooncake code this table does not name)."
     return CODE_NAMES.get(int(code), f'mooncake {int(code)}')
 
 # %% ../nbs/24_l3_store.ipynb #5aaf7940
+class NothingSent(RuntimeError):
+    "A store refused a call before sending anything (it was closed, say): no byte of the buffer was read or written."
+
 @runtime_checkable
 class L3Store(Protocol):
     "What `L3Tier` needs from a distributed KV store: zero-copy batch I/O at offsets into one registered buffer."
+    # A call that raises `NothingSent` touched no byte; after any other exception a transfer may still be in flight.
     def register(self, buffer: torch.Tensor) -> None: ...
     def batch_exists(self, keys: list[str]) -> list[int]: ...
     def batch_put_from(self, keys: list[str], buffer: torch.Tensor, offsets: list[int], sizes: list[int]) -> list[int]: ...
@@ -275,7 +280,7 @@ class _ClientCalls:
     def __call__(self, what: str):
         "Run one client call (the `with` gets the client): refused once closed; the last call out of a closed store closes the client."
         with self._lock:
-            if self.closed: raise RuntimeError(f'{what} on a closed store ({self.master}): nothing was sent')
+            if self.closed: raise NothingSent(f'{what} on a closed store ({self.master}): nothing was sent')
             self._inside += 1
         try: yield self.client
         finally:
