@@ -82,7 +82,9 @@ demo: $(STAMP)
 
 # GPU: every benchmark side by side in one run (tables to bench/results/*.json), then the Performance page.
 bench: $(STAMP)
-	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/01_driver.ipynb nbs/10_positions.ipynb nbs/11_padding.ipynb nbs/12_page_tables.ipynb nbs/15_fused_decode.ipynb nbs/16_input_buffers.ipynb nbs/22_host_mirror.ipynb nbs/21_host_transport.ipynb
+	@$(RUN) $(PY) tools/run_nbs.py --flags gpu nbs/core/01_driver.ipynb \
+	  nbs/staging/10_positions.ipynb nbs/staging/11_padding.ipynb nbs/staging/12_page_tables.ipynb \
+	  nbs/staging/15_fused_decode.ipynb nbs/staging/16_input_buffers.ipynb nbs/tiers/22_host_mirror.ipynb nbs/tiers/21_host_transport.ipynb
 	@$(RUN) $(PY) bench/l3.py
 	@$(RUN) $(PY) tools/run_nbs.py nbs/91_performance.ipynb
 

@@ -18,8 +18,9 @@ statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Produ
 py_versions = '3.10 3.11 3.12 3.13'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
-dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
-l3_requirements = shlex.split(cfg.get('l3_requirements', ''))
+# every `<name>_requirements` key is the extra `<name>` (pip install -e .[dev], .[l3], .[demo])
+extras = {k[:-len('_requirements')]: shlex.split(v) for k, v in cfg.items()
+          if k.endswith('_requirements') and k != 'requirements'}
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), cfg['license'])
 
@@ -35,7 +36,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements, 'l3': l3_requirements},
+    extras_require=extras,
     dependency_links=cfg.get('dep_links', '').split(),
     python_requires='>=' + cfg['min_python'],
     long_description=open('README.md', encoding='utf-8').read() if os.path.exists('README.md') else cfg['description'],

@@ -9,11 +9,11 @@ import torch
 import triton
 import triton.language as tl
 from fastcore.basics import patch
-from tokenspeed_lit.device import HAS_ACCEL, as_device
-from tokenspeed_lit.copies import copy_to
-from tokenspeed_lit.padding import PaddedBuffers
-from tokenspeed_lit.positions import compute_out_cache_loc
-from tokenspeed_lit.fused_decode import fused_decode_input_prep
+from tokenspeed_lit.core.device import HAS_ACCEL, as_device
+from tokenspeed_lit.core.copies import copy_to
+from tokenspeed_lit.staging.padding import PaddedBuffers
+from tokenspeed_lit.staging.positions import compute_out_cache_loc
+from tokenspeed_lit.staging.fused_decode import fused_decode_input_prep
 
 # %% auto #0
 __all__ = ['engine_compute_positions', 'EngineInputBuffers', 'differing_buffers']

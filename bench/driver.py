@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics, threading, time
 import numpy as np
 import torch
-from tokenspeed_lit import driver
-from tokenspeed_lit.device import HAS_ACCEL, as_device, is_accel
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.graphs import Captured, capture
+from tokenspeed_lit.core import driver
+from tokenspeed_lit.core.device import HAS_ACCEL, as_device, is_accel
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.core.graphs import Captured, capture
 from .timing import Table, env_info
 
 # %% auto #0

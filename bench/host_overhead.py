@@ -8,12 +8,13 @@ import dataclasses
 import numpy as np
 import torch
 import matplotlib.pyplot as plt
-from tokenspeed_lit.device import as_device, is_accel
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.positions import (compute_positions, positions_launch, compute_out_cache_loc, compute_out_cache_loc_uniform,
-                                     compute_out_cache_loc_sliding)
-from tokenspeed_lit.fused_decode import fused_decode_input_prep
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
+from tokenspeed_lit.core.device import as_device, is_accel
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.staging.positions import (compute_positions, positions_launch, compute_out_cache_loc,
+                                              compute_out_cache_loc_uniform, compute_out_cache_loc_sliding)
+from tokenspeed_lit.staging.fused_decode import fused_decode_input_prep
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
 from .timing import Table, env_info, use_fonts, host_issue_many, host_issue_us, count_device_ops
 from .baselines import engine_compute_positions, EngineInputBuffers
 

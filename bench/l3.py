@@ -34,12 +34,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tokenspeed_lit.device import default_device, is_accel  # noqa: E402
-from tokenspeed_lit.streams import new_stream, synchronize
-from tokenspeed_lit.kv_pool import PagedKVPool  # noqa: E402
-from tokenspeed_lit.host_mirror import FlatHostMirror  # noqa: E402
-from tokenspeed_lit.l3_keys import L3Namespace  # noqa: E402
-from tokenspeed_lit.l3 import L3Handle, L3Tier, LocalMooncake, MooncakeStore, OK, code_name  # noqa: E402
+from tokenspeed_lit.core.device import default_device, is_accel  # noqa: E402
+from tokenspeed_lit.core.streams import new_stream, synchronize
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool  # noqa: E402
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror  # noqa: E402
+from tokenspeed_lit.l3.keys import L3Namespace  # noqa: E402
+from tokenspeed_lit.l3.tier import L3Handle, L3Tier  # noqa: E402
+from tokenspeed_lit.l3.servers import LocalMooncake  # noqa: E402
+from tokenspeed_lit.l3.store import MooncakeStore, OK, code_name  # noqa: E402
 from bench.serving_loop import _Req, _scheduler_pass  # noqa: E402  (the serving-loop benchmark's scheduler)
 
 FULL = dict(page_sizes=(16, 64), pages=1024, layers=32, heads=8, head_dim=128, caller_pages=256, chunk_pages=32)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses, gc, itertools, statistics, time, tracemalloc
 import numpy as np
 import torch
-from tokenspeed_lit.device import as_device, is_accel
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.graphs import capture
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
+from tokenspeed_lit.core.device import as_device, is_accel
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.core.graphs import capture
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
 from .timing import Table, env_info
 from .baselines import EngineInputBuffers, differing_buffers, _MAMBA_FIELDS
 from .host_overhead import _mixed_op, _as_arrays

@@ -6,10 +6,10 @@
 from __future__ import annotations
 import numpy as np
 import torch
-from tokenspeed_lit.device import as_device
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable
-from tokenspeed_lit.positions import compute_out_cache_loc, compute_out_cache_loc_groups
+from tokenspeed_lit.core.device import as_device
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.staging.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable
+from tokenspeed_lit.staging.positions import compute_out_cache_loc, compute_out_cache_loc_groups
 from .timing import Table, env_info, device_time_us
 
 # %% auto #0

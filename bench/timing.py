@@ -12,9 +12,9 @@ import triton
 import triton.testing
 from torch.profiler import profile, ProfilerActivity
 from fastcore.basics import patch
-from tokenspeed_lit.device import HAS_ACCEL, as_device, is_accel, describe
-from tokenspeed_lit.streams import synchronize, new_event, new_stream, record_event, wait_event, use_stream
-from tokenspeed_lit.graphs import capture
+from tokenspeed_lit.core.device import HAS_ACCEL, as_device, is_accel, describe
+from tokenspeed_lit.core.streams import synchronize, new_event, new_stream, record_event, wait_event, use_stream
+from tokenspeed_lit.core.graphs import capture
 
 # %% auto #0
 __all__ = ['FONTS', 'env_info', 'env_line', 'device_time_us', 'host_issue_many', 'host_issue_us', 'count_device_ops', 'Table',
@@ -30,7 +30,7 @@ def env_info(device=None) -> dict:
 
 # %% 00_timing.ipynb #c47286e5
 def env_line(device=None) -> str:
-    "`env_info` as one line to print above a table (`tokenspeed_lit.device.describe`)."
+    "`env_info` as one line to print above a table (`tokenspeed_lit.core.device.describe`)."
     return describe(device)
 
 # %% 00_timing.ipynb #68140ec1

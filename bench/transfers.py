@@ -7,12 +7,12 @@ from __future__ import annotations
 import gc, json, math, statistics, subprocess, sys, time
 import numpy as np
 import torch
-from tokenspeed_lit.device import HAS_ACCEL, as_device, is_accel
-from tokenspeed_lit.streams import synchronize, new_event, new_stream, record_event, wait_event, use_stream
-from tokenspeed_lit.copies import copy_to
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.host_transport import ACCEL_TRANSPORT
+from tokenspeed_lit.core.device import HAS_ACCEL, as_device, is_accel
+from tokenspeed_lit.core.streams import synchronize, new_event, new_stream, record_event, wait_event, use_stream
+from tokenspeed_lit.core.copies import copy_to
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
+from tokenspeed_lit.tiers.host_transport import ACCEL_TRANSPORT
 from .timing import Table, env_info, host_issue_us, _keep_busy
 
 # %% auto #0

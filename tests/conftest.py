@@ -1,7 +1,7 @@
 import os
 from hypothesis import settings, HealthCheck
 
-import tokenspeed_lit.device  # noqa: F401  (decides TRITON_INTERPRET before any kernel module imports triton)
+import tokenspeed_lit.core.device  # noqa: F401  (decides TRITON_INTERPRET before any kernel module imports triton)
 
 # The Triton interpreter is slow (about 1 ms per program): keep example counts CI-sized, no deadline.
 settings.register_profile('ci', max_examples=40, deadline=None,
@@ -17,7 +17,7 @@ settings.register_profile('gpu', max_examples=50, deadline=None,
 # as they piled up (tools/gpu_suite.py's docstring); the suite now asks for device backtraces only.
 settings.register_profile('sanitize', max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.device.HAS_ACCEL else 'ci')
+PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.core.device.HAS_ACCEL else 'ci')
 settings.load_profile(PROFILE)
 
 
@@ -28,7 +28,7 @@ def kernel_examples(n: int) -> int:
 
 # ---- helpers shared by the kernel tests: poisoned outputs with guard bands, random page tables ----
 import torch
-from tokenspeed_lit.device import default_device
+from tokenspeed_lit.core.device import default_device
 
 DEV = default_device()
 POISON, GUARD = -12345, 6

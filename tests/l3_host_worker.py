@@ -15,7 +15,7 @@ def say(**kw): print(json.dumps(kw), flush=True)
 
 def client(master, host, deadline_s=30, **kw):
     "A MooncakeStore on this host, retried until the master answers (it may still be starting), at most `deadline_s`."
-    from tokenspeed_lit.l3_store import MooncakeStore
+    from tokenspeed_lit.l3.store import MooncakeStore
     end = time.monotonic() + deadline_s
     while True:
         try: return MooncakeStore(master, local_hostname=host, connect_timeout_s=2.0, **kw)
@@ -42,11 +42,11 @@ def main():
             store = client(cmd['master'], cmd['host'], segment_bytes=cmd['segment_bytes'])
             say(ready=True); continue
         if op == 'engine':
-            from tokenspeed_lit.kv_pool import PagedKVPool
-            from tokenspeed_lit.host_mirror import FlatHostMirror
-            from tokenspeed_lit.l3_keys import L3Namespace
-            from tokenspeed_lit.l3 import L3Tier
-            from tokenspeed_lit.streams import synchronize
+            from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+            from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
+            from tokenspeed_lit.l3.keys import L3Namespace
+            from tokenspeed_lit.l3.tier import L3Tier
+            from tokenspeed_lit.core.streams import synchronize
             n = cmd['pages']
             pool = PagedKVPool(num_pages=n, page_size=page_size, num_layers=4, num_kv_heads=8, head_dim=64)
             mirror = FlatHostMirror(pool, num_host_pages=n)

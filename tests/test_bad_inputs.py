@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from tokenspeed_lit.contract import device_value_checks, InputTypeError
-from tokenspeed_lit.positions import (compute_positions, compute_out_cache_loc, compute_positions_and_slots,
-                                      compute_out_cache_loc_uniform, compute_out_cache_loc_sliding,
-                                      compute_out_cache_loc_groups)
-from tokenspeed_lit.fused_decode import fused_decode_input_prep
-from tokenspeed_lit.page_tables import expand_page_table, DraftPageTable
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
+from tokenspeed_lit.core.contract import device_value_checks, InputTypeError
+from tokenspeed_lit.staging.positions import (compute_positions, compute_out_cache_loc, compute_positions_and_slots,
+                                              compute_out_cache_loc_uniform, compute_out_cache_loc_sliding,
+                                              compute_out_cache_loc_groups)
+from tokenspeed_lit.staging.fused_decode import fused_decode_input_prep
+from tokenspeed_lit.staging.page_tables import expand_page_table, DraftPageTable
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
 
 from conftest import DEV, POISON
 

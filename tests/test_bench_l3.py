@@ -1,7 +1,7 @@
 """bench/l3.py runs end to end with tiny sizes (a smoke test of the GPU benchmark: real servers, every check on)."""
 import importlib.util, json, os
 import pytest
-from tokenspeed_lit.l3_store import mooncake_available
+from tokenspeed_lit.l3.store import mooncake_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,7 +8,7 @@ import functools, hashlib, json, os, re, subprocess, sys, time
 import numpy as np
 import pytest
 from l3_servers import mooncake_missing
-from tokenspeed_lit.device import triton_interpreted
+from tokenspeed_lit.core.device import triton_interpreted
 
 ENV = {**os.environ, 'PYTHONUNBUFFERED': '1'}
 
@@ -105,7 +105,7 @@ def test_demo_survives_l3_master_killed(tmp_path):
 def test_demo_without_mooncake():
     "Mooncake hidden: the demo runs one instance, says in one line that it skips the L3 scenario, and passes."
     code = ("import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
-            "from tokenspeed_lit.demo import main; sys.exit(main(['--requests', '4']))")
+            "from tokenspeed_lit.demo.cli import main; sys.exit(main(['--requests', '4']))")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert [l for l in r.stdout.splitlines() if l.startswith('L3')] == [
@@ -146,7 +146,7 @@ def test_demo_catches_injected_faults(fault, ranks, words, tmp_path):
      '--fault l3-wrong-checkpoint needs the L3 scenario, which this run skips: turned off (--no-l3)'),
 ])
 def test_bad_counts_are_usage_errors(args, msg, capsys):
-    from tokenspeed_lit.demo import main, MAX_REQUESTS
+    from tokenspeed_lit.demo.cli import main, MAX_REQUESTS
     with pytest.raises(SystemExit) as e:
         main(args)
     assert e.value.code == 2
@@ -155,7 +155,7 @@ def test_bad_counts_are_usage_errors(args, msg, capsys):
 
 
 def test_help_describes_every_option():
-    from tokenspeed_lit.demo import parser
+    from tokenspeed_lit.demo.cli import parser
     ap = parser()
     for action in ap._actions:
         assert action.help, action.option_strings
@@ -250,7 +250,7 @@ def test_demo_hybrid_l3_faults_are_caught(fault, tmp_path):
 
 def test_hybrid_padded_rows_must_write_the_padding_row():
     "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."
-    from tokenspeed_lit.hybrid import HybridModel
+    from tokenspeed_lit.demo.models.hybrid import HybridModel
     m = HybridModel.__new__(HybridModel)                # no weights needed: the rule reads which rows changed
     stats = dict(states_compared=0, checkpoints_written=0, checkpoints_reused=0, max_state_diff=0.0, padded_steps=0)
     m.padding, m.step_rows, m.marks, m.cow, m.work, m.cows, m.prefixes = 0, [5, 6], [], {}, {}, 0, {}
@@ -264,7 +264,8 @@ def test_hybrid_padded_rows_must_write_the_padding_row():
 
 def test_hybrid_prefix_hit_left_for_a_later_step_is_checked_by_its_checkpoint():
     "A request admitted on a prefix hit that the step's token budget leaves for a later step has no working state yet: the check reads the checkpoint its first step copies (the first GPU-sized run, 512 tokens a step, compared the zeroed row instead and stopped)."
-    from tokenspeed_lit.demo import DemoConfig, serve
+    from tokenspeed_lit.demo.requests import DemoConfig
+    from tokenspeed_lit.demo.scheduler import serve
     cfg = DemoConfig.for_device(gpu=False, model='hybrid', requests=16, max_num_tokens=48, chunk=48,
                                 system_pages=(2, 6), arrivals_per_step=8)   # the CPU's sizes on any device
     stats = serve(cfg, progress=False)
@@ -272,7 +273,8 @@ def test_hybrid_prefix_hit_left_for_a_later_step_is_checked_by_its_checkpoint():
 
 
 def test_shared_pages_are_freed_by_their_last_holder():
-    from tokenspeed_lit.demo import DemoConfig, Pages, Request
+    from tokenspeed_lit.demo.requests import DemoConfig, Request
+    from tokenspeed_lit.demo.pages import Pages
     pg = Pages(DemoConfig(), 4, 8, 'cpu')
     a, b = Request(uid=1, prompt_len=8, output_len=1, pool_row=1), Request(uid=2, prompt_len=9, output_len=1, pool_row=2)
     assert pg.ensure(a, 8)
@@ -295,13 +297,15 @@ def test_bad_ranks_from_the_environment_is_a_usage_error():
 
 def test_a_pool_short_of_pages_does_not_deadlock():
     "Admission by pages: 16 requests on 29 usable device pages and 4 host pages all finish (admitting whenever a pool row was free stopped here: 12 prefills and 3 decodes holding every page)."
-    from tokenspeed_lit.demo import DemoConfig, serve
+    from tokenspeed_lit.demo.requests import DemoConfig
+    from tokenspeed_lit.demo.scheduler import serve
     st = serve(DemoConfig(requests=16, num_pages=30, host_pages=4, arrivals_per_step=8, max_steps=400), progress=False)
     assert st['finished'] == 16 and st['steps'] < 400
 
 def test_every_step_is_timed_whole_from_the_outside():
     "With repeat_prep, every step's preparation is one span around the engine's call (the package holds no timer): each step with prefill rows is in prep_us, each decode step in prep_decode_us, and the hot repeats are timed too."
-    from tokenspeed_lit.demo import DemoConfig, serve
+    from tokenspeed_lit.demo.requests import DemoConfig
+    from tokenspeed_lit.demo.scheduler import serve
     st = serve(DemoConfig.for_device(requests=6, repeat_prep=True, max_steps=60), progress=False)
     assert len(st['prep_us']) == st['mixed_steps'] + st['prefill_steps']
     assert st['prep_decode_us'] and min(st['prep_us'] + st['prep_decode_us']) > 0
@@ -312,13 +316,13 @@ def test_every_step_is_timed_whole_from_the_outside():
 def usage_error(args, monkeypatch, capsys) -> str:
     """`main(args)` in this process must stop with a usage error (exit code 2) within 10 s, before it prints a line or
     builds, serves or starts anything; returns what it wrote to stderr."""
-    from tokenspeed_lit import demo
+    from tokenspeed_lit.demo import cli
     def started(*a, **k): raise AssertionError('the run started before its options were checked')
-    for name in ('machine_line', '_run', 'serve', 'run_l3', '_serve_ranks', 'LocalMooncake', 'tiny_llama'):
-        monkeypatch.setattr(demo, name, started)
+    for name in ('machine_line', '_run', 'serve', 'run_l3', '_serve_ranks'):
+        monkeypatch.setattr(cli, name, started)
     t0 = time.monotonic()
     with pytest.raises(SystemExit) as e:
-        demo.main(args)
+        cli.main(args)
     out, err = capsys.readouterr()
     assert e.value.code == 2 and out == '' and time.monotonic() - t0 < 10, (e.value.code, out, err)
     assert 'usage:' in err
@@ -353,15 +357,15 @@ def test_a_report_that_cannot_be_written_is_a_usage_error(kind, words, tmp_path,
 
 
 def test_a_writable_report_path_is_accepted_and_left_alone(tmp_path):
-    from tokenspeed_lit.demo import report_path_error
+    from tokenspeed_lit.demo.cli import report_path_error
     assert report_path_error(str(tmp_path / 'r.json')) is None and not list(tmp_path.iterdir())
     (tmp_path / 'old.json').write_text('kept')
     assert report_path_error(str(tmp_path / 'old.json')) is None and (tmp_path / 'old.json').read_text() == 'kept'
 
 
 def _few_gib(monkeypatch):
-    from tokenspeed_lit import demo
-    monkeypatch.setattr(demo, 'host_memory_available', lambda: 3 << 30)
+    from tokenspeed_lit.demo import cli
+    monkeypatch.setattr(cli, 'host_memory_available', lambda: 3 << 30)
 
 
 @pytest.mark.parametrize('args, words, setup', [
@@ -379,11 +383,11 @@ def _few_gib(monkeypatch):
 def test_what_an_option_sizes_is_bounded(args, words, setup, monkeypatch, capsys):
     """Each option that sizes something the demo allocates (requests built up front, the L3 store segment, rank
     processes) is bounded, and past its bound the run stops at once with a usage error that names the option."""
-    from tokenspeed_lit import demo
-    if setup == 'l3': monkeypatch.setattr(demo, 'mooncake_available', lambda: True)   # the scenario would run
+    from tokenspeed_lit.demo import cli
+    if setup == 'l3': monkeypatch.setattr(cli, 'mooncake_available', lambda: True)   # the scenario would run
     if setup == 'few GiB': _few_gib(monkeypatch)
     if setup == 'RANKS': monkeypatch.setenv('RANKS', str(10**6))
-    args = [a.format(MAX_REQUESTS=demo.MAX_REQUESTS, MAX_REQUESTS_PLUS_1=demo.MAX_REQUESTS + 1) for a in args]
+    args = [a.format(MAX_REQUESTS=cli.MAX_REQUESTS, MAX_REQUESTS_PLUS_1=cli.MAX_REQUESTS + 1) for a in args]
     err = usage_error(args, monkeypatch, capsys)
     for w in words: assert w in err, err
 
@@ -413,24 +417,24 @@ def test_a_fault_that_cannot_fire_is_refused(args, words, setup, monkeypatch, ca
     verify width it needs, the L3 scenario, and a request mix (read from each rank's engine stream, no model built)
     with no prefix hit to spoil or no page to load from L3. `--fault rejected-draft --verify-width 1` used to run with
     no draft to reject, and a `wrong-checkpoint` run too small for a prefix hit ended 'all checks passed'."""
-    from tokenspeed_lit import demo
+    from tokenspeed_lit.demo import cli
     monkeypatch.delenv('RANKS', raising=False)
-    if setup == 'l3': monkeypatch.setattr(demo, 'mooncake_available', lambda: True)   # the scenario would run
+    if setup == 'l3': monkeypatch.setattr(cli, 'mooncake_available', lambda: True)   # the scenario would run
     err = usage_error(args, monkeypatch, capsys)
     for w in words: assert w in err, err
 
 
 def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
     "Each fault has its needs stated (`FAULTS`, in --help too) and passes check_options where they are met."
-    from tokenspeed_lit import demo
+    from tokenspeed_lit.demo import cli
     monkeypatch.delenv('RANKS', raising=False)
-    monkeypatch.setattr(demo, 'mooncake_available', lambda: True)
-    ap = demo.parser()
-    assert ap._option_string_actions['--fault'].choices == ['none', *demo.FAULTS]
+    monkeypatch.setattr(cli, 'mooncake_available', lambda: True)
+    ap = cli.parser()
+    assert ap._option_string_actions['--fault'].choices == ['none', *cli.FAULTS]
     helptext = ap._option_string_actions['--fault'].help        # (the rendered help breaks names at hyphens)
-    for fault, f in demo.FAULTS.items():
+    for fault, f in cli.FAULTS.items():
         assert f['needs'] and f['outcome'] in ('caught', 'survived') and f"'{fault}' " in helptext
-        cfg, skip = demo.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
+        cfg, skip = cli.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
                                                           '--requests', str(HYBRID_N)]))
         assert cfg.fault == fault and skip is None
     assert 'a run whose fault never fired fails' in helptext
@@ -446,12 +450,12 @@ def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
 ])
 def test_the_fault_decides_a_run_that_passed_its_checks(fault, fired, code, words, monkeypatch, capsys):
     "A run with a fault to catch passes no check of it unless the fault fired and a check stopped it; one it must survive passes only where it struck."
-    from tokenspeed_lit import demo
+    from tokenspeed_lit.demo import cli
     monkeypatch.delenv('RANKS', raising=False)
-    monkeypatch.setattr(demo, 'mooncake_available', lambda: True)
-    monkeypatch.setattr(demo, '_run', lambda cfg, ranks, skip: (dict(checks=5, fault_fired=fired), dict(lines='L3 lines')))
-    monkeypatch.setattr(demo, 'report', lambda stats: 'the report')
-    assert demo.main(['--fault', fault, '--requests', '4']) == code
+    monkeypatch.setattr(cli, 'mooncake_available', lambda: True)
+    monkeypatch.setattr(cli, '_run', lambda cfg, ranks, skip: (dict(checks=5, fault_fired=fired), dict(lines='L3 lines')))
+    monkeypatch.setattr(cli, 'report', lambda stats: 'the report')
+    assert cli.main(['--fault', fault, '--requests', '4']) == code
     out = capsys.readouterr().out
     for w in words: assert w in out, out
     assert ('all checks passed' in out) == (code == 0)
@@ -474,7 +478,8 @@ def test_a_fault_that_never_fired_fails_the_run(tmp_path):
 def test_the_requests_bound_is_what_a_request_holds():
     "MAX_REQUESTS is derived from request_bytes at the largest sizes, and a request's measured share stays under it."
     import random, tracemalloc
-    from tokenspeed_lit.demo import DemoConfig, MAX_REQUESTS, REQUEST_BUDGET, request_bytes, request_mix
+    from tokenspeed_lit.demo.requests import DemoConfig, request_mix
+    from tokenspeed_lit.demo.cli import MAX_REQUESTS, REQUEST_BUDGET, request_bytes
     big = DemoConfig.for_device(gpu=True, verify_width=8, requests=1000)
     assert MAX_REQUESTS == REQUEST_BUDGET // request_bytes(big)
     tracemalloc.start()
@@ -487,9 +492,11 @@ def test_the_requests_bound_is_what_a_request_holds():
 def test_what_instance_2_loaded_is_the_gets_result():
     """A stale master (its store process died): the match reports every page of the prompt present, the get delivers
     only the first. The request loads that one page and prefills from there; the other pages count as failed."""
-    from tokenspeed_lit.demo import DemoConfig, L3Plan, L3Instance, Scheduler
-    from tokenspeed_lit.l3 import OK, TRANSFER_FAIL
-    from tokenspeed_lit.l3_keys import L3Namespace
+    from tokenspeed_lit.demo.requests import DemoConfig
+    from tokenspeed_lit.demo.l3 import L3Plan, L3Instance
+    from tokenspeed_lit.demo.scheduler import Scheduler
+    from tokenspeed_lit.l3.store import OK, TRANSFER_FAIL
+    from tokenspeed_lit.l3.keys import L3Namespace
     cfg = DemoConfig(requests=4, instance=2, capture_sizes=(1,))
     s, ps = Scheduler(cfg), cfg.page_size
     r = next(r for r in s.requests if (r.prompt_len - 1) // ps >= 2)

@@ -1,4 +1,4 @@
-"""Property tests of `tokenspeed_lit.fused_decode` (the staging ring's own: `test_staging_ring.py`): `fused_decode_input_prep` equals its plain-torch reference and the
+"""Property tests of `tokenspeed_lit.staging.fused_decode` (the staging ring's own: `test_staging_ring.py`): `fused_decode_input_prep` equals its plain-torch reference and the
 unfused path; `FusedDecodeStep` equals `decode_step_ref` on random sequences of steps (verify widths 1-4, overrides with
 and without ready candidates, ids outside the vocabulary, null pages, cached lengths past the page table, batch sizes
 going up and down, Mamba indices), starting each step from poisoned buffers and a poisoned device staging area;
@@ -14,14 +14,14 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.device import default_device, host_full
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.contract import device_value_checks
-from tokenspeed_lit.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref, decode_input_prep_unfused,
-                                         FusedDecodeStep, decode_step_ref)
-from tokenspeed_lit.graphs import capture
-from tokenspeed_lit.padding import PaddedBuffers
-from tokenspeed_lit import fused_decode as fd
+from tokenspeed_lit.core.device import default_device, host_full
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.core.contract import device_value_checks
+from tokenspeed_lit.staging.fused_decode import (fused_decode_input_prep, fused_decode_input_prep_ref,
+                                                 decode_input_prep_unfused, FusedDecodeStep, decode_step_ref)
+from tokenspeed_lit.core.graphs import capture
+from tokenspeed_lit.staging.padding import PaddedBuffers
+from tokenspeed_lit.staging import fused_decode as fd
 
 from conftest import DEV, guarded as _guarded, assert_guards, random_table, kernel_examples
 POISON, GUARD = -77, 5

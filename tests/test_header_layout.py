@@ -4,7 +4,7 @@ positive int. Each refusal names the bad group, field or size."""
 import re
 import numpy as np
 import pytest
-from tokenspeed_lit.header_layout import HeaderLayout, HEADER
+from tokenspeed_lit.staging.header_layout import HeaderLayout, HEADER
 
 # (size, groups, error type, text the message must hold: the bad thing named, and why)
 BAD = [
@@ -84,7 +84,7 @@ def test_a_group_given_as_a_list_is_kept_as_a_tuple():
 
 
 def test_the_package_declares_nothing_the_rules_refuse():
-    from tokenspeed_lit.step_plan import STEP_HEADER, HDR
+    from tokenspeed_lit.staging.step_plan import STEP_HEADER, HDR
     assert HeaderLayout(STEP_HEADER.size, **STEP_HEADER.groups).names == STEP_HEADER.names
     assert [getattr(HDR, n) for n in STEP_HEADER.names] == list(range(len(STEP_HEADER.names)))
 

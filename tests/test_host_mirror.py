@@ -1,4 +1,4 @@
-"""Property tests of `tokenspeed_lit.host_mirror`: byte-exact round trips with a sentinel per (tensor, page) in every
+"""Property tests of `tokenspeed_lit.tiers.host_mirror`: byte-exact round trips with a sentinel per (tensor, page) in every
 layout and dtype, pages no pair names stay untouched, accounting, layer lookups, events, and every bad pair raising
 `ValueError` before any byte moves."""
 from types import SimpleNamespace
@@ -8,10 +8,10 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from tokenspeed_lit.device import HAS_ACCEL, default_device
-from tokenspeed_lit.streams import CompletedEvent, synchronize
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror, flat_bytes_per_host_page
+from tokenspeed_lit.core.device import HAS_ACCEL, default_device
+from tokenspeed_lit.core.streams import CompletedEvent, synchronize
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror, flat_bytes_per_host_page
 
 DEV = default_device()
 FP8 = getattr(torch, 'float8_e4m3fn', None)
@@ -222,7 +222,7 @@ def test_malformed_pairs_are_named(pairs, msg):
 def test_background_calls_keep_call_order_and_report_failures():
     """A background store, then a plain load of the same pages: the load sees the stored bytes (calls run in call
     order); a background call that fails raises from its events, and the mirror goes on working."""
-    from tokenspeed_lit.streams import PendingEvent
+    from tokenspeed_lit.core.streams import PendingEvent
     pool = PagedKVPool(5, 2, 2, 1, 4, device=DEV)
     m = FlatHostMirror(pool, 4)
     pats = fill(m, seed=3)
@@ -248,7 +248,7 @@ def test_background_calls_start_after_the_callers_stream_through_a_small_event_r
     the start-event ring far smaller than the number of calls in flight (it wraps, or falls back to fresh events
     while the issue thread is behind); each call stores a page nobody writes again, so only a call that started too
     early could read anything but its value (on a GPU)."""
-    from tokenspeed_lit.streams import EventRing, new_stream, use_stream
+    from tokenspeed_lit.core.streams import EventRing, new_stream, use_stream
     pool = PagedKVPool(26, 2, 1, 1, 4, device=DEV)
     m = FlatHostMirror(pool, 24)
     m.store_pages([(25, 0)], background=True); synchronize()   # makes the issue thread and the ring

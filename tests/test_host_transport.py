@@ -1,4 +1,4 @@
-"""Property tests of the GPU transports of `tokenspeed_lit.host_transport` (on a CPU they run through the Triton
+"""Property tests of the GPU transports of `tokenspeed_lit.tiers.host_transport` (on a CPU they run through the Triton
 interpreter): byte-for-byte equal to the per-slice reference transport on whole host blocks and whole pools, at every
 alignment the page-copy kernel can be handed, with chunked staging and coalesced runs, and (GPU only) layer-wise
 fencing on a side stream."""
@@ -8,14 +8,14 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from tokenspeed_lit.device import HAS_ACCEL, default_device
-from tokenspeed_lit.streams import synchronize, new_stream, wait_event, use_stream
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.host_transport import _PageCopier, page_ids, _chunks, _pieces
-from tokenspeed_lit.device import host_full
-from tokenspeed_lit.copies import to_device_async, copy_2d
-from tokenspeed_lit.graphs import capture
+from tokenspeed_lit.core.device import HAS_ACCEL, default_device
+from tokenspeed_lit.core.streams import synchronize, new_stream, wait_event, use_stream
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
+from tokenspeed_lit.tiers.host_transport import _PageCopier, page_ids, _chunks, _pieces
+from tokenspeed_lit.core.device import host_full
+from tokenspeed_lit.core.copies import to_device_async, copy_2d
+from tokenspeed_lit.core.graphs import capture
 import numpy as np
 
 DEV = default_device()
@@ -227,7 +227,7 @@ def test_warmup_captures_and_compiles_everything_up_front():
     for transport in ('zero_copy', 'staged'):
         m = FlatHostMirror(pool, 5, transport=transport).warmup()
         before = capture.calls
-        from tokenspeed_lit.host_transport import _page_copy, _ids_stage
+        from tokenspeed_lit.tiers.host_transport import _page_copy, _ids_stage
         compiled = (len(_page_copy.cache), len(_ids_stage.cache))
         for n in (1, 3, 5):
             pairs = [(d + 1, h) for d, h in zip(range(n), range(n))]
@@ -239,7 +239,7 @@ def test_warmup_captures_and_compiles_everything_up_front():
 
 def test_a_mirror_of_the_default_transport_is_warm_from_construction():
     "An engine that never calls warmup() still compiles and captures nothing on its first calls (issue 29)."
-    from tokenspeed_lit.host_transport import _page_copy, _ids_stage
+    from tokenspeed_lit.tiers.host_transport import _page_copy, _ids_stage
     pool = PagedKVPool(6, 2, 2, 1, 4, device=DEV)
     m = FlatHostMirror(pool, 5)                           # no warmup(): the default transport warms itself
     before, compiled = capture.calls, (len(_page_copy.cache), len(_ids_stage.cache))
@@ -299,7 +299,7 @@ def test_gpu_host_pages_are_pinned_and_default_is_a_kernel_transport():
     pool = PagedKVPool(3, 4, 2, 2, 8, device=DEV)
     m = FlatHostMirror(pool, 2)
     assert m.host_pages.is_pinned()
-    from tokenspeed_lit.host_transport import ACCEL_TRANSPORT
+    from tokenspeed_lit.tiers.host_transport import ACCEL_TRANSPORT
     assert m.transport == ACCEL_TRANSPORT
 
 

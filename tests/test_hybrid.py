@@ -8,10 +8,12 @@ import random
 import re
 import pytest
 import torch
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from tokenspeed_lit.hybrid import PagedHybrid, TOLERANCE, checkpoint_at, run_hybrid_reference, state_shapes, tiny_qwen35
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.demo.models.hybrid import (PagedHybrid, TOLERANCE, checkpoint_at, run_hybrid_reference,
+                                               state_shapes, tiny_qwen35)
 
 DEV = default_device()
 MODEL = tiny_qwen35(seed=5, device=DEV)

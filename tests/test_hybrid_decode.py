@@ -1,4 +1,4 @@
-"""PagedHybrid.decode (nbs/28_hybrid_decode: the decode forward a captured graph runs, every index read on the device,
+"""PagedHybrid.decode (nbs/demo/models/28_hybrid_decode: the decode forward a captured graph runs, every index read on the device,
 the rows batched) against the eager row-by-row forward (PagedHybrid.forward, every index checked on the host) on the
 same staged step: random states in every slab row, random K and V, working rows, verify checkpoints, a copy on
 write, -1 where a row has none, padded rows. The logits, K, V, working states and checkpoints must agree within float
@@ -8,10 +8,11 @@ and a -1 is never read or written as row 0 or the last row."""
 import random
 import pytest
 import torch
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from tokenspeed_lit.hybrid import PagedHybrid, state_shapes, tiny_qwen35
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.demo.models.hybrid import PagedHybrid, state_shapes, tiny_qwen35
 
 DEV = default_device()
 MODEL = tiny_qwen35(seed=3, device=DEV)

@@ -1,4 +1,4 @@
-"""Property tests of `tokenspeed_lit.input_buffers` and `tokenspeed_lit.padding`: `fill_input_buffers` equals the
+"""Property tests of `tokenspeed_lit.staging.input_buffers` and `tokenspeed_lit.staging.padding`: `fill_input_buffers` equals the
 plain-torch `fill_input_buffers_ref` on random sequences of prefill, mixed, decode and empty steps (verify widths 1-4,
 overrides, ids outside the vocabulary, null pages, Mamba indices), starting each step from poisoned buffers; a big
 step followed by a small one leaves every tail at its padding value; dummy decode; every bad input raises
@@ -11,15 +11,16 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.contract import device_value_checks
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.core.contract import device_value_checks
 from contextlib import contextmanager
 from unittest import mock
-from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers, fill_input_buffers_ref
-from tokenspeed_lit.step_plan import StepPlanner
-from tokenspeed_lit.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
-                                    dummy_decode_seq_len, clamp_token_ids_)
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.staging.input_buffers import RuntimeStates, InputBuffers, fill_input_buffers_ref
+from tokenspeed_lit.staging.step_plan import StepPlanner
+from tokenspeed_lit.staging.padding import (PADDING, PaddedBuffers, padding_values, reset_tail, pick_capture_size,
+                                            dummy_decode_seq_len, clamp_token_ids_)
 
 DEV = default_device()
 POISON = -77
@@ -518,7 +519,7 @@ def test_token_ids_as_int32_arrays_take_the_usual_path(seed, data):
 
 def test_a_decode_step_from_lists_for_the_engine_graph():
     "captured=True stages a decode step from lists in the capture slot: the engine graph's replay (issue_captured) runs it."
-    from tokenspeed_lit.graphs import capture
+    from tokenspeed_lit.core.graphs import capture
     out = []
     for captured in (False, True):
         rs, table = make_states(4, 9, 2, 100)
@@ -556,7 +557,7 @@ def test_a_decode_step_from_lists_for_the_engine_graph():
 @given(st.integers(1, 6), st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1), st.data())
 def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrides, replace, seed, data):
     "A decode step for the engine's graph through the usual test runs as the same step through the named checks, replayed by the graph."
-    from tokenspeed_lit.graphs import capture
+    from tokenspeed_lit.core.graphs import capture
     pools, ovr = _decode_lists(B, with_overrides, data)
     out = []
     for usual in (True, False):
@@ -573,7 +574,7 @@ def test_a_graph_decode_step_fills_what_the_named_checks_fill(B, W, with_overrid
 
 
 # ---- the four kinds of staging gone wrong, through InputBuffers' public ways in ------------------------------------
-from tokenspeed_lit.graphs import capture
+from tokenspeed_lit.core.graphs import capture
 
 
 def _engine():

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.contract import InputTypeError
-from tokenspeed_lit.positions import compute_positions, compute_out_cache_loc
-from tokenspeed_lit.input_buffers import ForwardOp, RuntimeStates, InputBuffers
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.core.contract import InputTypeError
+from tokenspeed_lit.staging.positions import compute_positions, compute_out_cache_loc
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.staging.input_buffers import RuntimeStates, InputBuffers
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
 
 DEV = default_device()
 POISON = -999
@@ -77,8 +78,8 @@ def test_lists_the_configuration_cannot_use_are_refused():
 def test_padding_rows_and_slots_must_be_indices(build, field, value):
     "The state row and KV slot the padded rows write are indices: a negative one (torch reads -1 as the last row, a "
     "live request's) or one past the int32 header is refused by name, however the buffers are built."
-    from tokenspeed_lit.fused_decode import FusedDecodeStep
-    from tokenspeed_lit.padding import PaddedBuffers, padding_values
+    from tokenspeed_lit.staging.fused_decode import FusedDecodeStep
+    from tokenspeed_lit.staging.padding import PaddedBuffers, padding_values
     kw = {'dummy_kv_slot': 0, 'state_write_padding_pool_index': 0, field: value}
     calls = {'InputBuffers': lambda: InputBuffers(4, 16, 4, device=DEV, has_mamba=True, **kw),
              'FusedDecodeStep.create': lambda: FusedDecodeStep.create(4, 16, 4, device=DEV, has_mamba=True, **kw),
@@ -111,7 +112,7 @@ def test_work_follows_the_output_not_the_lengths():
 
 
 def test_debug_mode_from_the_environment():
-    code = ('import torch\nfrom tokenspeed_lit import contract, device\nfrom tokenspeed_lit.positions import compute_positions\n'
+    code = ('import torch\nfrom tokenspeed_lit.core import contract, device\nfrom tokenspeed_lit.staging.positions import compute_positions\n'
             'print(contract.CHECK_DEVICE_VALUES)\nd = device.default_device()\n'
             'try: compute_positions(torch.tensor([0], device=d), torch.tensor([-2], device=d), 1)\n'
             'except ValueError as e: print(e)\n')

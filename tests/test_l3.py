@@ -7,12 +7,13 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.l3_keys import L3Namespace
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit import l3
-from tokenspeed_lit.l3 import L3Tier, MooncakeStore, OK, MISS, TIMEOUT, REFUSED, DOWN, SKIPPED
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
+from tokenspeed_lit.l3.keys import L3Namespace
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.l3.tier import L3Tier
+from tokenspeed_lit.l3.store import (MooncakeStore, OK, MISS, TIMEOUT, REFUSED, DOWN, SKIPPED, TRANSFER_FAIL, RPC_FAIL,
+                                     SAFE_CODES)
 from l3_servers import mooncake, shared_mooncake, mooncake_missing  # noqa: F401  (fixtures)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,7 +138,7 @@ def test_holds_follow_a_plain_model(shared_mooncake, data):
         with tier._cv:
             while tier._queue and tier._queue[0] is h:
                 b = tier._next_batch()
-                codes = [l3.TRANSFER_FAIL if pages[i] in unsafe else OK for i in range(b.lo, b.hi)]
+                codes = [TRANSFER_FAIL if pages[i] in unsafe else OK for i in range(b.lo, b.hi)]
                 tier._finish(b, codes)
         assert h.done and h.released == (not unsafe) and sorted(h.held_pages.tolist()) == sorted(unsafe)
     try:
@@ -175,7 +176,8 @@ SECOND = '''
 import sys, json, numpy as np, torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_l3 import engine, tokens
-from tokenspeed_lit.l3 import L3Tier, MooncakeStore
+from tokenspeed_lit.l3.tier import L3Tier
+from tokenspeed_lit.l3.store import MooncakeStore
 pool, mirror, ns = engine('hybrid', seed=99, salt={salt!r})       # another instance: other KV in its own pool
 mirror.host_pages.zero_()
 with L3Tier(mirror, MooncakeStore({master!r}), ns) as tier:
@@ -260,7 +262,7 @@ def test_master_killed_mid_run_and_restarted(mooncake):
         for h in handles: assert h.wait(3)
         assert time.monotonic() - t0 < 2.5                          # within a deadline or two, not 4 s per batch
         put = handles[0]
-        assert set(put.codes.tolist()) <= {OK, DOWN, TIMEOUT, l3.RPC_FAIL}
+        assert set(put.codes.tolist()) <= {OK, DOWN, TIMEOUT, RPC_FAIL}
         assert put.wait_released(15) and not tier.held().any()
         t0 = time.monotonic()
         m = tier.match(ns.keys(req)); assert m.wait(1)              # while down: refused at once or probed
@@ -339,7 +341,7 @@ def test_store_process_killed_mid_get_quarantines(mooncake):
         mooncake.store_proc.kill()                                  # the memory holding the objects goes away
         assert g.wait(20)
         failed = g.host_pages[g.codes != OK].tolist()
-        unsafe = g.host_pages[[c not in l3.SAFE_CODES for c in g.codes]].tolist()
+        unsafe = g.host_pages[[c not in SAFE_CODES for c in g.codes]].tolist()
         assert failed, 'the store process died after the get finished: nothing to check'
         assert tier2.quarantined() == sorted(unsafe)
         assert tier2.held(unsafe).all() if unsafe else True
@@ -355,19 +357,19 @@ def test_package_without_mooncake():
 import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None
 sys.path.insert(0, {ROOT!r})
 import importlib, pkgutil, tokenspeed_lit
-for m in pkgutil.iter_modules(tokenspeed_lit.__path__):
-    if m.name not in ('demo',): importlib.import_module('tokenspeed_lit.' + m.name)
-from tokenspeed_lit import l3
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.host_mirror import FlatHostMirror
-from tokenspeed_lit.l3_keys import L3Namespace
-assert not l3.mooncake_available()
+for m in pkgutil.walk_packages(tokenspeed_lit.__path__, 'tokenspeed_lit.'):
+    if m.name not in ('tokenspeed_lit.demo.cli', 'tokenspeed_lit.demo.__main__'): importlib.import_module(m.name)
+from tokenspeed_lit.l3.store import MooncakeStore, mooncake_available
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.tiers.host_mirror import FlatHostMirror
+from tokenspeed_lit.l3.keys import L3Namespace
+assert not mooncake_available()
 pool = PagedKVPool(num_pages=4, page_size=2, num_layers=2, num_kv_heads=1, head_dim=4)
 pool.k_buffer[0].fill_(3); m = FlatHostMirror(pool, 4); m.store_pages([(1, 2)])
-from tokenspeed_lit.streams import synchronize; synchronize()     # the store is queued: the host reads next
+from tokenspeed_lit.core.streams import synchronize; synchronize()     # the store is queued: the host reads next
 assert (m.tensor_pairs[0][1][2] == 3).all()
 assert len(L3Namespace('m', m, salt=b's').keys(list(range(8)))) == 4
-try: l3.MooncakeStore('127.0.0.1:1'); raise SystemExit('no error')
+try: MooncakeStore('127.0.0.1:1'); raise SystemExit('no error')
 except ImportError as e: assert "pip install -e '.[l3]'" in str(e), e
 print('ok')
 '''
@@ -376,7 +378,7 @@ print('ok')
 
 
 def test_no_server_outlives_stop():
-    from tokenspeed_lit.l3 import LocalMooncake
+    from tokenspeed_lit.l3.servers import LocalMooncake
     srv = LocalMooncake(segment_bytes=16 << 20)
     pids = srv.pids
     assert len(pids) == 2

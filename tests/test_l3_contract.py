@@ -10,10 +10,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from tokenspeed_lit import l3
-from tokenspeed_lit.l3 import L3Tier, LocalMooncake, MooncakeStore, OK, TIMEOUT, DOWN, size_bytes
-from tokenspeed_lit.l3_keys import L3Keys, L3Namespace, layout_fingerprint
-from tokenspeed_lit.l3_store import check_master, check_metadata_server, ram_bytes
+from tokenspeed_lit.l3.tier import L3Tier
+from tokenspeed_lit.l3.servers import LocalMooncake
+from tokenspeed_lit.l3.store import MooncakeStore, OK, TIMEOUT, DOWN, size_bytes, check_master, check_metadata_server, ram_bytes
+from tokenspeed_lit.l3.keys import L3Keys, L3Namespace, layout_fingerprint
 from test_l3 import engine, tokens, freeze
 from l3_servers import mooncake, shared_mooncake, mooncake_missing  # noqa: F401  (fixtures)
 
@@ -493,7 +493,7 @@ def test_metadata_server_that_is_not_one_refused_at_once(shared_mooncake, answer
 
 def test_a_real_http_metadata_server_passes_the_probe(tmp_path):
     "Mooncake's own HTTP metadata server (the master's) answers the probe, and a client set up through it stores and reads back."
-    from tokenspeed_lit.l3_servers import mooncake_master_path, free_port
+    from tokenspeed_lit.l3.servers import mooncake_master_path, free_port
     rpc, http = free_port(), free_port()
     cmd = [mooncake_master_path(), f'--rpc_port={rpc}', '--rpc_address=127.0.0.1', f'--metrics_port={free_port()}',
            '--metrics_host=127.0.0.1', '--enable_http_metadata_server=true', f'--http_metadata_server_port={http}',

@@ -10,7 +10,7 @@ import pytest
 
 from l3_hosts import Hosts, hosts_unavailable
 from l3_servers import mooncake_missing
-from tokenspeed_lit.l3_store import OK, SAFE_CODES
+from tokenspeed_lit.l3.store import OK, SAFE_CODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, 'tests', 'l3_host_worker.py')
@@ -77,7 +77,7 @@ class Cluster:
 
     def start_master(self):
         "`mooncake_master` on host master, bound to its address (its readiness: the store process's client retries until it answers)."
-        from tokenspeed_lit.l3_servers import mooncake_master_path
+        from tokenspeed_lit.l3.servers import mooncake_master_path
         a = self.hosts.addr['master']
         with open(os.path.join(self.tmp, 'master.log'), 'ab') as out:
             self.master_proc = self.hosts.spawn('master', [mooncake_master_path(), f'--rpc_port={RPC_PORT}',

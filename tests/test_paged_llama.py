@@ -5,10 +5,11 @@ transformers' within the tolerance, and a padded forward writes nothing but the 
 import subprocess, sys
 import torch
 from hypothesis import given, settings, strategies as st
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.kv_pool import PagedKVPool
-from tokenspeed_lit.input_buffers import InputBuffers, ForwardOp, RuntimeStates
-from tokenspeed_lit.paged_llama import PagedLlama, TOLERANCE, tiny_llama
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.tiers.kv_pool import PagedKVPool
+from tokenspeed_lit.staging.input_buffers import InputBuffers, RuntimeStates
+from tokenspeed_lit.staging.step_plan import ForwardOp
+from tokenspeed_lit.demo.models.llama import PagedLlama, TOLERANCE, tiny_llama
 
 DEV = default_device()
 VOCAB, MAX_LEN, MAX_BS, MAX_TOKENS = 500, 20, 6, 48
@@ -99,7 +100,7 @@ def test_paged_forward_is_transformers(step):
 
 def test_the_package_imports_without_transformers():
     code = ("import sys; sys.modules['transformers'] = None\n"      # any import of transformers now fails
-            "import tokenspeed_lit.paged_llama, tokenspeed_lit.demo\n"
+            "import tokenspeed_lit.demo.models.llama, tokenspeed_lit.demo.cli\n"
             "assert not [m for m in sys.modules if m == 'bench' or m.startswith('bench.')], 'the demo imports benchmark code'")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -1,4 +1,4 @@
-"""Property tests: the Triton kernels of `tokenspeed_lit.positions` equal their plain-torch references exactly, on
+"""Property tests: the Triton kernels of `tokenspeed_lit.staging.positions` equal their plain-torch references exactly, on
 random batches including empty ones, overflow past the page table, null pages and bad pool rows, and on bad device
 values too (negative and huge lengths, `total_tokens` above and below the lengths' sum, negative cache starts, pool
 rows outside the table, non-power-of-two page sizes). Every output sits inside a larger poisoned buffer: the guard
@@ -9,12 +9,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit.device import default_device
-from tokenspeed_lit.contract import device_value_checks
-from tokenspeed_lit.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
-                                      compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
-                                      compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots,
-                                      launch_positions_and_slots_counted)
+from tokenspeed_lit.core.device import default_device
+from tokenspeed_lit.core.contract import device_value_checks
+from tokenspeed_lit.staging.positions import (compute_positions, compute_positions_ref, compute_out_cache_loc,
+                                              compute_out_cache_loc_ref, compute_out_cache_loc_uniform,
+                                              compute_out_cache_loc_sliding, kv_slot_ref, compute_positions_and_slots,
+                                              launch_positions_and_slots_counted)
 
 from conftest import DEV, POISON, GUARD, guarded, assert_guards, kernel_examples
 KERNEL = settings(max_examples=kernel_examples(150))   # kernel properties: more than CI's 40
@@ -319,9 +319,9 @@ def test_debug_mode_accepts_good_values():
 
 # --- issue 16: batch-ordered tables, several KV groups in one launch, one hole policy on every path ---------------
 
-from tokenspeed_lit.device import HAS_ACCEL
-from tokenspeed_lit.positions import (compute_out_cache_loc_groups, compute_out_cache_loc_groups_ref,
-                                      _groups_kernel)
+from tokenspeed_lit.core.device import HAS_ACCEL
+from tokenspeed_lit.staging.positions import (compute_out_cache_loc_groups, compute_out_cache_loc_groups_ref,
+                                              _groups_kernel)
 
 
 def pool_table_from(batch_table, pool, data):

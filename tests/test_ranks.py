@@ -12,7 +12,7 @@ import pytest
 RANKS_SCRIPT = '''
 import json, os, socket, sys
 import torch, torch.multiprocessing as mp
-from tokenspeed_lit.ranks import dist_init, dist_all_reduce, dist_close
+from tokenspeed_lit.demo.ranks import dist_init, dist_all_reduce, dist_close
 
 def dist_threads():
     "This process's threads of torch.distributed (gloo's workers and TCP loop, the store server), by name."
@@ -22,8 +22,8 @@ def dist_threads():
 def rank_main(rank, world, port):
     torch.set_num_threads(1)
     dist_init(rank, world, port)
-    from tokenspeed_lit.paged_llama import tiny_llama
-    from tokenspeed_lit.hybrid import tiny_qwen35
+    from tokenspeed_lit.demo.models.llama import tiny_llama
+    from tokenspeed_lit.demo.models.hybrid import tiny_qwen35
     tiny_llama(layers=1, device='cpu'); tiny_qwen35(device='cpu')   # transformers' imports, after the group exists
     for i in range(20): total = dist_all_reduce([rank + 1, i], 'sum')
     before = dist_threads()

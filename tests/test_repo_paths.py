@@ -2,10 +2,10 @@
 settings, the Makefile and the pinned requirements name notebooks, modules, tests, tools and results, and a renamed
 or removed file leaves its old name behind in them.
 
-A path is a run of path characters starting at one of the repository's folders (`nbs/15_fused_decode.ipynb`,
-`tests/test_positions.py`, `bench/results/l3.json`, a source link's `blob/main/tokenspeed_lit/l3.py`), or a notebook
-named by its stem alone (`14_staging_ring`, `21_host_transport.ipynb`): a notebook of that name must be in `nbs/` or
-`bench/`. A path with a `*` must match something; what the build writes (the site, the test artifacts) is not
+A path is a run of path characters starting at one of the repository's folders (`nbs/staging/15_fused_decode.ipynb`,
+`tests/test_positions.py`, `bench/results/l3.json`, a source link's `blob/main/tokenspeed_lit/l3/tier.py`), or a
+notebook named by its stem alone (`14_staging_ring`, `21_host_transport.ipynb`): a notebook of that name must be in
+`nbs/` (or one of its folders) or `bench/`. A path with a `*` must match something; what the build writes (the site, the test artifacts) is not
 checked."""
 import json, re
 from pathlib import Path
@@ -36,7 +36,7 @@ def _notebook_text(path: Path) -> str:
 
 
 def texts() -> list[Path]:
-    nbs = sorted((ROOT / 'nbs').glob('*.ipynb')) + sorted((ROOT / 'bench').glob('*.ipynb'))
+    nbs = sorted((ROOT / 'nbs').rglob('*.ipynb')) + sorted((ROOT / 'bench').glob('*.ipynb'))
     return nbs + [ROOT / t for t in TEXTS if (ROOT / t).exists()]
 
 
@@ -52,21 +52,23 @@ def named_paths(text: str) -> set[str]:
 
 
 def exists(p: str) -> bool:
-    if p.endswith('.ipynb') and '/' not in p:          # a notebook by its stem: in nbs/ or bench/
-        return (ROOT / 'nbs' / p).exists() or (ROOT / 'bench' / p).exists()
+    if p.endswith('.ipynb') and '/' not in p:          # a notebook by its stem: in nbs/ (or a folder of it) or bench/
+        return any((ROOT / 'nbs').rglob(p)) or (ROOT / 'bench' / p).exists()
     if '*' in p: return any(ROOT.glob(p))
     return (ROOT / p).exists()
 
 
 def test_the_extraction():
-    text = ('see `nbs/15_fused_decode.ipynb`, tests/test_positions.py. and (bench/results/l3.json); '
-            '[src](https://github.com/o/r/blob/main/tokenspeed_lit/l3.py#L3) `14_staging_ring` 21_host_transport.ipynb '
+    text = ('see `nbs/staging/15_fused_decode.ipynb`, tests/test_positions.py. and (bench/results/l3.json); '
+            '[src](https://github.com/o/r/blob/main/tokenspeed_lit/l3/tier.py#L3) `14_staging_ring` 21_host_transport.ipynb '
             '/opt/x/tools/y.py nbs/NN_name.ipynb docs/_site/index.html tests/test_l3*.py $(BIN)/nbdev_test')
-    assert named_paths(text) == {'nbs/15_fused_decode.ipynb', 'tests/test_positions.py', 'bench/results/l3.json',
-                                 'tokenspeed_lit/l3.py', '14_staging_ring.ipynb', '21_host_transport.ipynb',
+    assert named_paths(text) == {'nbs/staging/15_fused_decode.ipynb', 'tests/test_positions.py', 'bench/results/l3.json',
+                                 'tokenspeed_lit/l3/tier.py', '14_staging_ring.ipynb', '21_host_transport.ipynb',
                                  'tests/test_l3*.py'}
     assert exists('14_staging_ring.ipynb') and exists('06_serving_loop.ipynb') and exists('tests/test_l3*.py')
+    assert exists('nbs/staging/15_fused_decode.ipynb') and exists('tokenspeed_lit/l3/tier.py')
     assert not exists('99_nowhere.ipynb') and not exists('nbs/99_nowhere.ipynb')
+    assert not exists('nbs/15_fused_decode.ipynb') and not exists('tokenspeed_lit/l3_store.py')   # the flat layout's
 
 
 @pytest.mark.parametrize('path', texts(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -1,4 +1,4 @@
-"""The staging ring (`tokenspeed_lit.staging_ring`): the header declared once and read by name (the kernels' reads tied
+"""The staging ring (`tokenspeed_lit.staging.staging_ring`): the header declared once and read by name (the kernels' reads tied
 to the declaration, the host's writes compiled from it), the copy that moves exactly a slot's staged ints, the rule of
 when a slot is free (done flags and tickets), the one submit (ring slots in turn, the capture slot apart; a plan
 written in one pack or list by list stages the same ints), the capture slot's rules (a replay with nothing new staged
@@ -12,15 +12,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit import staging_ring as sr, fused_decode as fd, step_plan as sp
-from tokenspeed_lit.device import host_full
-from tokenspeed_lit.graphs import capture
-from tokenspeed_lit.streams import synchronize
-from tokenspeed_lit.header_layout import HeaderLayout
-from tokenspeed_lit.step_plan import (STEP_HEADER, HDR, LISTS_AT, ForwardOp, MAMBA_FIELDS, ONE_PACK, IDS_COPIED,
-                                      BY_SECTION, PACKING, same_step, staging_layout)
-from tokenspeed_lit.staging_ring import StagingRing, copy_slot, CAPTURE
-from tokenspeed_lit.fused_decode import FusedDecodeStep
+from tokenspeed_lit.staging import staging_ring as sr, fused_decode as fd, step_plan as sp
+from tokenspeed_lit.core.device import host_full
+from tokenspeed_lit.core.graphs import capture
+from tokenspeed_lit.core.streams import synchronize
+from tokenspeed_lit.staging.header_layout import HeaderLayout
+from tokenspeed_lit.staging.step_plan import (STEP_HEADER, HDR, LISTS_AT, ForwardOp, MAMBA_FIELDS, ONE_PACK, IDS_COPIED,
+                                              BY_SECTION, PACKING, same_step, staging_layout)
+from tokenspeed_lit.staging.staging_ring import StagingRing, copy_slot, CAPTURE
+from tokenspeed_lit.staging.fused_decode import FusedDecodeStep
 
 from conftest import DEV, random_table
 POISON = -77

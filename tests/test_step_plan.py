@@ -1,4 +1,4 @@
-"""The step planner (`tokenspeed_lit.step_plan`), pure Python: the usual step's one test (`StepPlanner.plan`) and the
+"""The step planner (`tokenspeed_lit.staging.step_plan`), pure Python: the usual step's one test (`StepPlanner.plan`) and the
 named checks (`plan_named`) give the same verdict on every step, valid or broken (the same refusal, word for word, or
 plans that stage the same ints and return the same overrides); the back-to-back offsets, `staged_ints`, the all -1
 rule, the plans of the other ways in (decode from lists, a leased slot, a dummy step) and their size refusals."""
@@ -9,12 +9,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tokenspeed_lit import step_plan as sp
-from tokenspeed_lit.step_plan import (StepPlanner, StepPlan, ForwardOp, back_to_back, pool_error, staging_layout,
-                                      write_lists, staged_ints, same_step, STEP_HEADER, LISTS_AT, MAMBA_FIELDS,
-                                      PLAN_FIELDS, HEADER_FIELDS, LISTS, OVERRIDES, PACKING, MID_CHUNK, PLANNER,
-                                      ONE_PACK, IDS_COPIED, BY_SECTION, WRITTEN)
-from tokenspeed_lit.contract import InputTypeError
+from tokenspeed_lit.staging import step_plan as sp
+from tokenspeed_lit.staging.step_plan import (StepPlanner, StepPlan, ForwardOp, back_to_back, pool_error,
+                                              staging_layout, write_lists, staged_ints, same_step, STEP_HEADER,
+                                              LISTS_AT, MAMBA_FIELDS, PLAN_FIELDS, HEADER_FIELDS, LISTS, OVERRIDES,
+                                              PACKING, MID_CHUNK, PLANNER, ONE_PACK, IDS_COPIED, BY_SECTION, WRITTEN)
+from tokenspeed_lit.core.contract import InputTypeError
 
 PURE = settings(max_examples=300)       # no kernels: many examples cost little
 N = len(STEP_HEADER.groups['step'])     # a plan starts with the header's step fields

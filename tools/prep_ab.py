@@ -21,12 +21,14 @@ sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'tools'))
 
 
 def load_base(base: str, base_dir: str | None, tmp: Path):
-    "The baseline's `input_buffers` module, imported as `tokenspeed_lit_base.input_buffers`."
+    """The baseline's `input_buffers` module, imported as `tokenspeed_lit_base.input_buffers` (a revision of the flat
+    layout, before the package's subpackages) or `tokenspeed_lit_base.staging.input_buffers` (one after)."""
     from demo_ab import export_revision
     src = Path(base_dir).resolve() if base_dir else export_revision(base, tmp / 'export')
     shutil.copytree(src / 'tokenspeed_lit', tmp / 'tokenspeed_lit_base')
     sys.path.insert(0, str(tmp))
-    return importlib.import_module('tokenspeed_lit_base.input_buffers')
+    flat = (tmp / 'tokenspeed_lit_base' / 'input_buffers.py').exists()
+    return importlib.import_module('tokenspeed_lit_base.input_buffers' if flat else 'tokenspeed_lit_base.staging.input_buffers')
 
 
 def main(argv=None):
@@ -43,10 +45,10 @@ def main(argv=None):
     from bench.serving_loop import _Req, _between_steps
     from bench.host_overhead import _mixed_op
     from bench.timing import env_info
-    import tokenspeed_lit.input_buffers as new
-    from tokenspeed_lit.graphs import capture
-    from tokenspeed_lit.streams import synchronize
-    from tokenspeed_lit.device import default_device
+    import tokenspeed_lit.staging.input_buffers as new
+    from tokenspeed_lit.core.graphs import capture
+    from tokenspeed_lit.core.streams import synchronize
+    from tokenspeed_lit.core.device import default_device
     import numpy as np
     dev = default_device()
     with tempfile.TemporaryDirectory() as d:

@@ -1,11 +1,11 @@
 """Execute notebooks and save their outputs in place (then `nbdev_clean` them).
 
 `nbdev_test` runs notebooks but keeps no outputs; the docs show saved outputs, so GPU tables and plots
-are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/10_positions.ipynb
+are produced with this script on a GPU machine:  python tools/run_nbs.py --flags gpu nbs/staging/10_positions.ipynb
 Cells marked `#| eval: false` are skipped, as are cells marked with a test flag from settings.ini
 (`tst_flags`) unless that flag is passed with --flags, exactly as `nbdev_test` decides. With --only TEXT, a flagged
 cell runs only if its source contains TEXT (the others keep their saved outputs): one benchmark of a notebook re-run,
-e.g. --flags gpu --only bench_serving_loop nbs/16_input_buffers.ipynb."""
+e.g. --flags gpu --only bench_serving_loop nbs/staging/16_input_buffers.ipynb."""
 import argparse, configparser, os, sys, time
 from pathlib import Path
 from nbcells import split_directives, is_false
@@ -21,7 +21,7 @@ def main():
     skip = set(cfg['DEFAULT'].get('tst_flags', '').split()) - set(a.flags.split())
     from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
-    nbs = [Path(p) for p in a.notebooks] or sorted((root / 'nbs').glob('[0-9]*.ipynb'))
+    nbs = [Path(p) for p in a.notebooks] or sorted((root / 'nbs').rglob('[0-9]*.ipynb'))
     sys.path.insert(0, str(root))
     failed = []
     for nbp in nbs:
