@@ -24,7 +24,7 @@ ARTIFACTS = ROOT / 'test-artifacts' / 'docs'
 CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic', '--no-first-run',
                  '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
-PAGES = build_docs.notebooks()                      # (notebook, docname): every notebook in nbs/, index first
+PAGES = build_docs.notebooks()       # (notebook, docname): every notebook in nbs/ (and its folders) and bench/, index first
 # What a saved output must not show a reader: a warning (Python's `...Warning`, matplotlib's `findfont:` lines) or a
 # traceback. Outputs hold results; a warning's cause is fixed where it arises.
 NOT_RESULTS = re.compile(r'Traceback \(most recent call last\)|\b[A-Z]\w*Warning\b|\bWarning:|\bfindfont:')
@@ -213,6 +213,33 @@ def test_page(nb, doc, page, base_url):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         p.screenshot(path=str(ARTIFACTS / f'{"home" if doc == "index" else "module-" + doc}.png'), full_page=True)
 
+SIDEBAR = ['Library', 'Tiers', 'L3', 'Models and demo', 'Benchmarks', 'Performance']
+
+def test_the_sidebar_groups_every_page():
+    "Each page is in one group of the sidebar, the groups in the order a reader takes them; its folder decides its group."
+    groups = build_docs.sidebar(PAGES)
+    assert [c for c, _ in groups] == [c for c, _ in build_docs.GROUPS] == SIDEBAR
+    listed = [d for _, ds in groups for d in ds]
+    assert sorted(listed) == sorted(d for _, d in PAGES if d != 'index') and len(set(listed)) == len(listed)
+    where = {d: c for c, ds in groups for d in ds}
+    assert {where[d] for d in listed if d.startswith(('core/', 'staging/'))} == {'Library'}
+    assert {where[d] for d in listed if d.startswith('demo/')} == {'Models and demo'}
+    assert {where[d] for d in listed if d.startswith('bench_')} == {'Benchmarks'} and where['performance'] == 'Performance'
+
+@pytest.mark.parametrize('doc', ['index', 'staging/input_buffers', 'demo/models/llama', 'bench_timing'])
+def test_the_sidebar_shows_the_groups(doc, page, base_url):
+    "On the home page and on pages in folders, the sidebar shows the groups' captions in order, each over its pages."
+    p = page.goto(f'{base_url}{doc}.html')
+    shown = p.eval_on_selector_all('.sidebar-tree p.caption', """els => els.map(e => {
+        let ul = e.nextElementSibling;
+        return [e.textContent.trim(), ul ? [...ul.querySelectorAll(':scope > li > a.reference')].map(a => a.href) : []];
+    })""")
+    assert [c for c, _ in shown] == SIDEBAR, f'{doc}.html: sidebar captions {[c for c, _ in shown]}'
+    for (caption, hrefs), (_, docs) in zip(shown, build_docs.sidebar(PAGES)):
+        hrefs = [urldefrag(h)[0] for h in hrefs]      # the current page's own entry links to '#'
+        assert hrefs == [f'{base_url}{d}.html' for d in docs], f'{doc}.html: the {caption} group lists {hrefs}'
+    page.check_clean(f'{doc}.html')
+
 def test_api_names_link_to_their_entries(page, base_url):
     "nbdev's links from backticked names (here in show_doc docstrings and prose) land on the entry."
     links = []
@@ -226,7 +253,7 @@ def test_api_names_link_to_their_entries(page, base_url):
 def _search_cases():
     names = sorted({(n, fq) for v in exported().values() for n, fq in v if n != 'FlatHostMirror'})
     cases = [pytest.param(n, fq, id=n) for n, fq in names]
-    host = 'tokenspeed_lit.host_mirror'
+    host = 'tokenspeed_lit.tiers.host_mirror'
     cases.append(pytest.param('FlatHostMirror', f'{host}.FlatHostMirror', id='FlatHostMirror', marks=pytest.mark.skipif(
         not _importable(host), reason=f'{host} is not in this tree yet (the check applies once it is)')))
     return cases

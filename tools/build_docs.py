@@ -18,7 +18,7 @@ downloads. This script keeps nbdev's half of the work and hands the result to Sp
    - a `show_doc` cell whose annotations name a class defined further down runs again at the end;
    - the `show_doc` cells nbdev adds after a cell that defines several names come in definition order.
 2. **Conversion** (into `docs/_build/src/`): each processed notebook becomes a myst-nb notebook named like
-   nbdev's page (`00_device.ipynb` -> `device.html`): the frontmatter becomes the title, Quarto cell options
+   nbdev's page (`core/00_device.ipynb` -> `core/device.html`, in the folder of its subpackage): the frontmatter becomes the title, Quarto cell options
    (`#| echo: false`, ...) become myst-nb tags, every `show_doc` output becomes a Sphinx `py:function` /
    `py:class` entry (signature and docstring as nbdev rendered them, an anchor, an index entry, a search
    result), and nbdev's links to `doc_host` become cross-references to those entries.
@@ -26,8 +26,10 @@ downloads. This script keeps nbdev's half of the work and hands the result to Sp
    only (nothing is executed), a whole build each time (seconds). Step 1, the slow one, is skipped for a
    notebook whose processed copy is newer than it, the package, settings.ini and this script.
 
-Every notebook in nbs/ (as `nbdev_export` finds them) becomes a page, and so does every benchmark notebook in
-bench/ (`bench_<name>`, after the others in the sidebar); the home page is nbs/index.ipynb."""
+Every notebook in nbs/ and its folders (as `nbdev_export` finds them) becomes a page, and so does every benchmark
+notebook in bench/ (`bench_<name>`); the home page is nbs/index.ipynb. The sidebar lists the pages in `GROUPS`, each
+group under its caption, in the order of the notebooks' numbers (the order of the imports): a notebook in a folder no
+group names stops the build."""
 import argparse, configparser, json, multiprocessing, os, re, shutil, subprocess, sys, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -45,14 +47,41 @@ def site_dir(): return ROOT / settings().get('doc_path', 'docs/_site')
 
 BENCH = ROOT / 'bench'               # the benchmark notebooks (not part of the package): pages `bench_<name>`
 
+# The sidebar's groups, in order: (caption, the folders of nbs/ whose notebooks it lists). '' is the top of nbs/
+# (the home page aside), 'bench' the benchmark notebooks of bench/.
+GROUPS = [('Library', ('core', 'staging')), ('Tiers', ('tiers',)), ('L3', ('l3',)), ('Models and demo', ('demo',)),
+          ('Benchmarks', ('bench',)), ('Performance', ('',))]
+
+def group(nb) -> int:
+    "The index in `GROUPS` of notebook `nb`'s group (by the first folder of its path under nbs/, or bench/)."
+    nb = Path(nb)
+    if BENCH in nb.parents: folder = 'bench'
+    else:
+        parts = nb.relative_to(ROOT / settings().get('nbs_path', 'nbs')).parts
+        folder = parts[0] if len(parts) > 1 else ''
+    for i, (_, folders) in enumerate(GROUPS):
+        if folder in folders: return i
+    sys.exit(f'{nb}: no group of the sidebar lists the folder {folder!r} (tools/build_docs.py, GROUPS)')
+
+def _number(nb) -> int:
+    m = re.match(r'(\d+)_', Path(nb).name)
+    return int(m.group(1)) if m else -1
+
 def notebooks():
-    "`(notebook, docname)` for every notebook nbdev would document and every benchmark notebook, index first."
+    "`(notebook, docname)` for every notebook nbdev would document and every benchmark notebook: index first, then by group and number."
     from nbdev.doclinks import _nbpath2html, nbglob
     nbs_path = ROOT / settings().get('nbs_path', 'nbs')
     nbs = sorted(nbglob(nbs_path, func=Path))
     pages = [(p, _nbpath2html(p.relative_to(nbs_path)).with_suffix('').as_posix()) for p in nbs]
     pages += [(p, 'bench_' + _nbpath2html(Path(p.name)).with_suffix('').as_posix()) for p in sorted(BENCH.glob('[0-9]*.ipynb'))]
-    return sorted(pages, key=lambda o: (o[1] != 'index', BENCH in o[0].parents, o[0].as_posix()))
+    index = [o for o in pages if o[1] == 'index']
+    rest = sorted((o for o in pages if o[1] != 'index'), key=lambda o: (group(o[0]), _number(o[0]), o[0].as_posix()))
+    return index + rest
+
+def sidebar(pages) -> list:
+    "`[(caption, [docname])]`: the sidebar's groups in order, each with its pages (`notebooks()`' order), none empty."
+    out = [(caption, [d for p, d in pages if d != 'index' and group(p) == i]) for i, (caption, _) in enumerate(GROUPS)]
+    return [(c, ds) for c, ds in out if ds]
 
 # ---- 1. nbdev processing -------------------------------------------------------------------------------
 
@@ -278,8 +307,8 @@ def convert(proc_path, page, links, toctree=None, module=None):
         meta = {'tags': tags} if tags else {}
         cells.append({'cell_type': 'code', 'execution_count': c.get('execution_count'), 'metadata': meta,
                       'source': body, 'outputs': outs})
-    if toctree:
-        cells.append(_md_cell(':::{toctree}\n:hidden:\n:maxdepth: 1\n\n' + '\n'.join(toctree) + '\n:::'))
+    for caption, docs in toctree or []:      # the home page's sidebar: one toctree per group, under its caption
+        cells.append(_md_cell(f':::{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: {caption}\n\n' + '\n'.join(docs) + '\n:::'))
     nb['cells'] = cells
     nb['metadata'] = {'kernelspec': {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'},
                       'language_info': {'name': 'python'}}
@@ -333,7 +362,7 @@ def build(workers=2, clean=False, quiet=True):
     links = Links(cfg, [d for _, d in pages])
     wanted = set()
     for p, doc in pages:
-        toc = [d for _, d in pages if d != 'index'] if doc == 'index' else None
+        toc = sidebar(pages) if doc == 'index' else None
         text = convert(procd[p], doc, links, toctree=toc, module=default_exp(p))
         write_if_changed(SRC / f'{doc}.ipynb', text)
         wanted.add(SRC / f'{doc}.ipynb')
