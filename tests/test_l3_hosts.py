@@ -13,6 +13,7 @@ import pytest
 from l3_hosts import Hosts, hosts_unavailable
 from l3_servers import mooncake_missing
 from tokenspeed_lit.l3_store import OK, TIMEOUT, DOWN, SAFE_CODES
+from tokenspeed_lit.l3_servers import spawn_master
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, 'tests', 'l3_host_worker.py')
@@ -80,13 +81,9 @@ class Cluster:
 
     def start_master(self):
         "`mooncake_master` on host master, bound to its address (its readiness: the store process's client retries until it answers)."
-        from tokenspeed_lit.l3_servers import mooncake_master_path
-        a = self.hosts.addr['master']
-        with open(os.path.join(self.tmp, 'master.log'), 'ab') as out:
-            self.master_proc = self.hosts.spawn('master', [mooncake_master_path(), f'--rpc_port={RPC_PORT}',
-                f'--rpc_address={a}', '--metrics_port=9003', f'--metrics_host={a}', '--enable_http_metadata_server=false',
-                f'--client_ttl={CLIENT_TTL_S}'],
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        self.master_proc = spawn_master(RPC_PORT, 9003, os.path.join(self.tmp, 'master.log'), self.hosts.addr['master'],
+                                         flags=[f'--client_ttl={CLIENT_TTL_S}'],
+                                         spawn=lambda argv, **kw: self.hosts.spawn('master', argv, **kw))
 
     def start_store(self, host, tmp, segment_bytes=512 << 20):
         w = Proc(self.hosts, host, tmp)

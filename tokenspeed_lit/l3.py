@@ -316,14 +316,43 @@ def _store_requests(store: L3Store, buf: torch.Tensor, b: _Batch) -> list[int]:
         for i, r in zip(todo, put): codes[i] = OK if r in (0, EXISTS) else int(r)
     return [TIMEOUT if c == PENDING else c for c in codes]
 
-# %% ../nbs/26_l3.ipynb #1f6dd301
+# %% ../nbs/26_l3.ipynb #c26a0002
 def _answer(f, n: int) -> list[int]:
     "`f()`, a store request's per-page codes; DOWN for its `n` pages if the store sent nothing (`NothingSent`), ERROR if it raised otherwise."
     try: return f()
     except NothingSent: return [DOWN] * n       # no byte moved: the pages are safe
     except Exception: return [ERROR] * n
 
-class _Workers(_CallQueue):
+# %% ../nbs/26_l3.ipynb #b3a1f052
+class _Routes:
+    "The workers' routing of get batches by store host (a part of `_Workers`, below: its queue, store and buffer)."
+    def _route(self, b: _Batch) -> None | list[int]:
+        "Read get batch `b` from the store hosts holding its pages, each host's part on its own thread, and wait for the parts until the deadline; None once they report themselves."
+        groups = {}                                                  # store host, or a code for pages no host holds -> positions
+        for i, w in zip(range(b.lo, b.hi) if type(b.idx) is slice else b.idx.tolist(), self.store.batch_hosts(b.keys())):
+            groups.setdefault(w if isinstance(w, str) else None if w == 1 else MISS if w == 0 else int(w), []).append(i)
+        with self._cv:
+            if b.state != RUNNING: return [SKIPPED] * b.n         # abandoned while asking: nothing was sent
+            self._running.discard(b); b.handle._pending += len(groups) - 1
+            now, parts = time.monotonic(), []
+            for key, idx in groups.items():
+                p = _Batch(b.handle, idx[0], idx[-1] + 1, np.array(idx))
+                p.state, p.deadline, p.host = RUNNING, b.deadline, key if isinstance(key, str) else None
+                if isinstance(key, int): self._done(p, [key] * p.n)               # absent, or the master's error
+                elif key is not None and self._host_refuses(key, now):
+                    self.stats['host_refused'] += 1; self._finish(p, [DOWN] * p.n)   # its circuit is open: nothing sent
+                else: self._inside[p.host] += 1; self._running.add(p); parts.append(p)
+            self._cv.notify_all(); self._watch_cv.notify()              # (a part may have completed the call)
+        for p in parts: threading.Thread(target=self._read_part, args=(p,), name=f'l3-get-{p.host}', daemon=True).start()
+        with self._cv: self._cv.wait_for(lambda: all(p.state != RUNNING for p in parts), max(b.deadline - time.monotonic(), 0) + 1)
+
+    def _read_part(self, p: _Batch) -> None:
+        "A part's own thread: its store request (none if the watchdog abandoned it first), then its report."
+        codes = _answer(lambda: _store_requests(self.store, self._buf, p), p.n) if p.state == RUNNING else [SKIPPED] * p.n
+        with self._cv: self._inside[p.host] -= 1; self._done(p, codes)
+
+# %% ../nbs/26_l3.ipynb #1f6dd301
+class _Workers(_Routes, _CallQueue):
     "The threads behind the queue: workers that run its batches against `store`, a watchdog for their deadlines."
     def __init__(self, store: L3Store, buf: torch.Tensor, probe_key: str, workers: int, **queue):
         super().__init__(**queue)
@@ -379,34 +408,6 @@ class _Workers(_CallQueue):
                 waits = [b.deadline - now for b in self._running if b.state == RUNNING]
                 if self._closed and not waits: return        # every call in flight has its codes: nothing left to watch
                 self._watch_cv.wait(max(min(waits), 0.001) if waits else None)
-
-# %% ../nbs/26_l3.ipynb #b3a1f052
-@patch
-def _route(self: _Workers, b: _Batch) -> None | list[int]:
-    "Read get batch `b` from the store hosts holding its pages, each host's part on its own thread, and wait for the parts until the deadline; None once they report themselves."
-    groups = {}                                                  # store host, or a code for pages no host holds -> positions
-    for i, w in zip(range(b.lo, b.hi) if type(b.idx) is slice else b.idx.tolist(), self.store.batch_hosts(b.keys())):
-        groups.setdefault(w if isinstance(w, str) else None if w == 1 else MISS if w == 0 else int(w), []).append(i)
-    with self._cv:
-        if b.state != RUNNING: return [SKIPPED] * b.n         # abandoned while asking: nothing was sent
-        self._running.discard(b); b.handle._pending += len(groups) - 1
-        now, parts = time.monotonic(), []
-        for key, idx in groups.items():
-            p = _Batch(b.handle, idx[0], idx[-1] + 1, np.array(idx))
-            p.state, p.deadline, p.host = RUNNING, b.deadline, key if isinstance(key, str) else None
-            if isinstance(key, int): self._done(p, [key] * p.n)               # absent, or the master's error
-            elif key is not None and self._host_refuses(key, now):
-                self.stats['host_refused'] += 1; self._finish(p, [DOWN] * p.n)   # its circuit is open: nothing sent
-            else: self._inside[p.host] += 1; self._running.add(p); parts.append(p)
-        self._cv.notify_all(); self._watch_cv.notify()              # (a part may have completed the call)
-    for p in parts: threading.Thread(target=self._read_part, args=(p,), name=f'l3-get-{p.host}', daemon=True).start()
-    with self._cv: self._cv.wait_for(lambda: all(p.state != RUNNING for p in parts), max(b.deadline - time.monotonic(), 0) + 1)
-
-@patch
-def _read_part(self: _Workers, p: _Batch) -> None:
-    "A part's own thread: its store request (none if the watchdog abandoned it first), then its report."
-    codes = _answer(lambda: _store_requests(self.store, self._buf, p), p.n) if p.state == RUNNING else [SKIPPED] * p.n
-    with self._cv: self._inside[p.host] -= 1; self._done(p, codes)
 
 # %% ../nbs/26_l3.ipynb #e94036c0
 def _host_buffer(mirror, store: L3Store, namespace: L3Namespace) -> torch.Tensor:
