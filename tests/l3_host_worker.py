@@ -2,10 +2,12 @@
 that mounts a segment, or an engine instance with an L3 tier, driven by JSON lines on stdin, answering JSON lines on
 stdout. Every wait is bounded; stdin closing ends the process (its tier and store closed).
 
-Commands: {"op": "store", master, host, segment_bytes} | {"op": "engine", master, host, seed, pages, timeout_s, max_batch_pages} |
-{"op": "put"|"get"|"match", seed, n, wait_s} (a request of n full pages made from token seed `seed`; put stores host
-pages at..at+n-1, get loads into them after zeroing them; {"error": ...} if any of them is still held) | {"op": "state"} (held and quarantined pages, the tier's stats) | {"op": "quit"}. put/get answer {"submitted": ...} first, then
-the result: codes, prefix, seconds to done, the caller's seconds, a sha256 per page, held and quarantined pages.
+Commands: {"op": "store", master, host, segment_bytes} | {"op": "engine", master, host, seed, pages, timeout_s,
+max_batch_pages} | {"op": "put"|"get"|"match", seed, n, wait_s} (a request of n full pages made from token seed `seed`;
+put stores host pages at..at+n-1, get loads into them after zeroing them; {"error": ...} if any of them is still
+held) | {"op": "hosts", seed, n} (per page the store host holding its object, or 0 absent) | {"op": "state"} (held
+and quarantined pages, the tier's stats) | {"op": "quit"}. put/get answer {"submitted": ...} first, then the result:
+codes, prefix, seconds to done, the caller's seconds, a sha256 per page, held and quarantined pages.
 """
 import faulthandler, hashlib, json, sys, time
 
@@ -64,6 +66,8 @@ def main():
                 stats={k: int(v) for k, v in tier.stats.items()}); continue
         n, wait_s, at = cmd['n'], cmd.get('wait_s', 30), cmd.get('at', 0)
         req, pages = tokens(cmd['seed'], page_size * n), np.arange(at, at + n)
+        if op == 'hosts':                               # the store host holding each page's object (batch_hosts)
+            say(hosts=tier.store.batch_hosts(tier.namespace.keys(req))); continue
         if op != 'match' and tier.held(pages).any():      # an abandoned call's pages stay held until the store returns
             say(error=f'host pages {[int(p) for p in pages[tier.held(pages)]]} still held'); continue
         t0 = time.monotonic()

@@ -8,6 +8,7 @@ import functools, hashlib, json, os, re, subprocess, sys, time
 import numpy as np
 import pytest
 from l3_servers import mooncake_missing
+from l3_hosts import hosts_unavailable
 from tokenspeed_lit.core.device import triton_interpreted
 
 ENV = {**os.environ, 'PYTHONUNBUFFERED': '1'}
@@ -102,6 +103,47 @@ def test_demo_survives_l3_master_killed(tmp_path):
     assert servers_stopped(r)
 
 
+@mooncake_missing
+@pytest.mark.skipif(hosts_unavailable() is not None, reason=str(hosts_unavailable()))
+def test_demo_l3_scenario_across_hosts(tmp_path):
+    """--l3-hosts: the master, the store process and each instance on a network namespace of its own, the store's link
+    capped, instance 2 cut off from the store host for two steps. Every check of the scenario passes; the printed and
+    the JSON report name the hosts (namespace and address), the cap and the partition; nothing outlives the run."""
+    t0 = time.monotonic()
+    r = demo('--l3-hosts', '--requests', '8', '--report', str(tmp_path / 'r.json'))
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'all checks passed' in r.stdout and 'a network host of its own' in line(r, 'L3 tier')
+    rep = json.loads((tmp_path / 'r.json').read_text())
+    hosts, part = rep['l3']['hosts'], rep['l3']['partitions']
+    assert rep['passed'] and sorted(hosts) == ['inst1', 'inst2', 'master', 'store'] and rep['l3']['caps'] == {'store': '1gbit'}
+    shown = line(r, 'L3 hosts')
+    for name, h in hosts.items(): assert f"{name} {h['address']} (netns {h['namespace']})" in shown
+    assert len({h['address'] for h in hosts.values()}) == 4 and 'store 1gbit' in shown
+    assert line(r, 'L3 tier').split('(')[1].startswith(hosts['master']['address'] + ':')    # the master on its host
+    cut = line(r, 'L3 partition')
+    assert part[0]['between'] == ['inst2', 'store'] and part[0]['pages_failed'] > 0
+    assert f"cut at step {part[0]['cut_at_step']} of instance 2, healed at step {part[0]['healed_at_step']}: " \
+           f"{part[0]['pages_failed']} pages failed meanwhile" in cut
+    assert rep['l3']['pages_failed'] >= part[0]['pages_failed'] and rep['l3']['pages_hit'] > 0     # loads before the cut
+    assert rep['l3']['pages_byte_checked'] == rep['l3']['pages_hit'] and "each output equal to generate's" in line(r, 'instance 2 ')
+    assert servers_stopped(r)
+    left = subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
+    assert not any(h['namespace'] in left for h in hosts.values()), left
+    print(f'--l3-hosts --requests 8: {took:.1f} s')
+
+
+@mooncake_missing
+def test_demo_l3_hosts_refused_where_namespaces_cannot_be_made():
+    "Without `ip` on PATH no namespace can be made: --l3-hosts is a usage error that says why, before anything starts."
+    env = ENV | {'PATH': os.path.dirname(sys.executable)}
+    r = subprocess.run([sys.executable, '-m', 'tokenspeed_lit.demo', '--l3-hosts'], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 2 and r.stdout == '', r.stdout + r.stderr
+    assert 'argument --l3-hosts: network hosts cannot be made here: ' in r.stderr
+    assert ('no `ip`/`tc` (iproute2) on PATH' if os.geteuid() == 0 else 'need root') in r.stderr
+
+
 def test_demo_without_mooncake():
     "Mooncake hidden: the demo runs one instance, says in one line that it skips the L3 scenario, and passes."
     code = ("import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
@@ -138,6 +180,7 @@ def test_demo_catches_injected_faults(fault, ranks, words, tmp_path):
     (['--verify-width', '0'], 'argument --verify-width: must be an integer in [1, 8], got 0'),
     (['--fault', 'boom'], "argument --fault: invalid choice: 'boom'"),
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
+    (['--l3-hosts', '--ranks', '2'], 'argument --l3-hosts: it runs the L3 scenario, which this run skips: --ranks 2'),
     (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
     (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
     (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
@@ -160,7 +203,7 @@ def test_help_describes_every_option():
     for action in ap._actions:
         assert action.help, action.option_strings
     text = ap.format_help()
-    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--report', '--model'):
+    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--l3-hosts', '--report', '--model'):
         assert opt in text
 
 
@@ -318,7 +361,7 @@ def usage_error(args, monkeypatch, capsys) -> str:
     builds, serves or starts anything; returns what it wrote to stderr."""
     from tokenspeed_lit.demo import cli
     def started(*a, **k): raise AssertionError('the run started before its options were checked')
-    for name in ('machine_line', '_run', 'serve', 'run_l3', '_serve_ranks'):
+    for name in ('machine_line', '_run', 'serve', 'run_l3', 'run_l3_on_hosts', '_serve_ranks'):
         monkeypatch.setattr(cli, name, started)
     t0 = time.monotonic()
     with pytest.raises(SystemExit) as e:
@@ -453,7 +496,7 @@ def test_the_fault_decides_a_run_that_passed_its_checks(fault, fired, code, word
     from tokenspeed_lit.demo import cli
     monkeypatch.delenv('RANKS', raising=False)
     monkeypatch.setattr(cli, 'mooncake_available', lambda: True)
-    monkeypatch.setattr(cli, '_run', lambda cfg, ranks, skip: (dict(checks=5, fault_fired=fired), dict(lines='L3 lines')))
+    monkeypatch.setattr(cli, '_run', lambda cfg, ranks, skip, on_hosts: (dict(checks=5, fault_fired=fired), dict(lines='L3 lines')))
     monkeypatch.setattr(cli, 'report', lambda stats: 'the report')
     assert cli.main(['--fault', fault, '--requests', '4']) == code
     out = capsys.readouterr().out

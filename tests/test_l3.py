@@ -285,7 +285,7 @@ def test_deadline_holds_pages_until_late_completion(mooncake):
     with L3Tier(mirror, MooncakeStore(mooncake.master), ns) as tier, \
          L3Tier(mirror2, MooncakeStore(mooncake.master), ns2, timeout_s=0.3, probe_interval_s=0.05) as tier2:
         assert tier.put_tokens(req, np.arange(6)).wait(10)
-        good = mirror.host_pages[:6].clone()
+        good, before = mirror.host_pages[:6].clone(), mirror2.host_pages[10:16].clone()
         try:
             freeze(mooncake.master_proc)
             t0 = time.monotonic()
@@ -299,7 +299,8 @@ def test_deadline_holds_pages_until_late_completion(mooncake):
         finally: os.kill(mooncake.master_proc.pid, signal.SIGCONT)
         assert g.wait_released(40)                                  # the late completion releases them
         assert (g.codes == TIMEOUT).all() and tier2.stats['late'] >= 1   # ...but never reports them loaded
-        assert torch.equal(mirror2.host_pages[10:16], good)         # (the late get did land its bytes)
+        landed = [torch.equal(mirror2.host_pages[10 + i], good[i]) for i in range(6)]   # the late get landed its bytes,
+        assert all(landed) or torch.equal(mirror2.host_pages[10:16], before)  # or the stuck call was the routing question: nothing sent
         for _ in range(100):                                        # the circuit closes on a probe
             m = tier2.match(ns2.keys(req)); m.wait(5)
             if m.prefix == 6: break

@@ -3,19 +3,23 @@ segment on a second, engine instance 1 on a third and instance 2 on a fourth, ea
 namespace (tests/l3_hosts.py) bound to its host's address, as a deployment sets Mooncake's local hostname and the
 master's address. Cases: prefix reuse across hosts, bandwidth under a 1 Gbit/s cap on the store's link, a partition
 between instance 2 and the store during a get, a partition between an instance and the master, two stores with one
-partitioned from instance 2, the master killed and restarted while instance 1 puts, the store process killed mid-get
-(in that order: the later ones change the cluster). Each prints what it measured (run with -s). Skipped (with the reason) where namespaces cannot be made or Mooncake is not installed."""
+partitioned from instance 2 (the reachable store's pages load, the others fail), what `match` claims after a store
+host is gone, the master killed and restarted while instance 1 puts, the store process killed mid-get (in that
+order: the later ones change the cluster). Each prints what it measured (run with -s). Skipped (with the reason)
+where namespaces cannot be made or Mooncake is not installed."""
 import json, os, select, subprocess, sys, time
 import pytest
 
 from l3_hosts import Hosts, hosts_unavailable
 from l3_servers import mooncake_missing
-from tokenspeed_lit.l3.store import OK, SAFE_CODES
+from tokenspeed_lit.l3.store import OK, TIMEOUT, DOWN, SAFE_CODES
+from tokenspeed_lit.l3.servers import spawn_master
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, 'tests', 'l3_host_worker.py')
 RPC_PORT = 50051
 TIMEOUT_S = 4.0                       # each instance's per-batch deadline
+CLIENT_TTL_S = 10                     # the master's --client_ttl (its default): a client silent this long is dropped
 CAP = '1gbit'
 BATCH = 32                            # pages per store call (4 MiB): a partition mid-get leaves some batches done
 pytestmark = [mooncake_missing, pytest.mark.skipif(hosts_unavailable() is not None, reason=str(hosts_unavailable()))]
@@ -77,12 +81,9 @@ class Cluster:
 
     def start_master(self):
         "`mooncake_master` on host master, bound to its address (its readiness: the store process's client retries until it answers)."
-        from tokenspeed_lit.l3.servers import mooncake_master_path
-        a = self.hosts.addr['master']
-        with open(os.path.join(self.tmp, 'master.log'), 'ab') as out:
-            self.master_proc = self.hosts.spawn('master', [mooncake_master_path(), f'--rpc_port={RPC_PORT}',
-                f'--rpc_address={a}', '--metrics_port=9003', f'--metrics_host={a}', '--enable_http_metadata_server=false'],
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        self.master_proc = spawn_master(RPC_PORT, 9003, os.path.join(self.tmp, 'master.log'), self.hosts.addr['master'],
+                                         flags=[f'--client_ttl={CLIENT_TTL_S}'],
+                                         spawn=lambda argv, **kw: self.hosts.spawn('master', argv, **kw))
 
     def start_store(self, host, tmp, segment_bytes=512 << 20):
         w = Proc(self.hosts, host, tmp)
@@ -258,32 +259,84 @@ def test_partition_instance_master(cluster):
     print(f'recovered {time.monotonic() - t0:.2f} s after heal')
 
 
+def pages_on(cluster, w, seed, n, host):
+    "The pages of request `seed` whose objects are on host `host` (the store process there: its transfer address)."
+    where = w.call(op='hosts', seed=seed, n=n)['hosts']
+    return [i for i, x in enumerate(where) if isinstance(x, str) and x.split(':')[0] == cluster.hosts.addr[host]]
+
+
+def loaded_exact(got, put):
+    "The pages a get reports loaded, each checked byte for byte (sha256) against the put: none loaded but wrong."
+    ok = [i for i, c in enumerate(got['codes']) if c == OK]
+    assert all(got['sha'][i] == put['sha'][i] for i in ok), 'a page reported loaded holds other bytes'
+    return ok
+
+
 def test_two_stores_one_partitioned(cluster):
-    "A second store process on host store2: the objects spread over both segments; instance 2 cut from store2 only."
+    """A second store process on host store2: the objects spread over both segments; instance 2 cut from store2 only.
+    Every page on the reachable store loads byte-exact and every page on store2 fails, within one deadline (four
+    batches on two workers: the two queued ones too); a second get while cut fails store2's pages at once."""
     h, i1, i2 = cluster.hosts, cluster.inst['inst1'], cluster.inst['inst2']
-    store2 = cluster.start_store('store2', cluster.tmp)
-    n = 64
+    cluster.store2 = cluster.start_store('store2', cluster.tmp)
+    n = 128
     put = i1.call(op='put', seed=7, n=n, wait_s=60)
     assert set(put['codes']) == {OK}
-    whole = i2.call(op='get', seed=7, n=n, at=128, wait_s=30)
+    on2 = pages_on(cluster, i2, 7, n, 'store2')
+    assert 0 < len(on2) < n and len(pages_on(cluster, i2, 7, n, 'store')) == n - len(on2), on2   # spread over both
+    whole = i2.call(op='get', seed=7, n=n, at=0, wait_s=30)
     assert whole['prefix'] == n and whole['sha'] == put['sha']
     h.partition('inst2', 'store2')
     try:
-        m = i2.call(op='match', seed=7, n=n)             # the master still lists store2's objects
-        assert m['prefix'] == n
-        t0 = time.monotonic()
-        got = i2.call(op='get', seed=7, n=n, at=192, wait_s=30)
-        took = time.monotonic() - t0
+        m = i2.call(op='match', seed=7, n=n)             # the master still lists store2's objects: it reaches store2
+        got = i2.call(op='get', seed=7, n=n, at=128, wait_s=30)
+        again = i2.call(op='get', seed=7, n=n, at=0, wait_s=30)
     finally: h.heal()
-    ok = [i for i, c in enumerate(got['codes']) if c == OK]
-    print(f"two stores, store2 cut from inst2: {len(ok)} of {n} loaded exact, codes {sorted(set(got['codes']))}, "
-          f"{took:.2f} s")
-    assert got['done'] and took <= TIMEOUT_S + 1.5                        # by the deadline of the first batch
-    assert all(got['sha'][i] == put['sha'][i] for i in ok)              # none loaded-but-wrong
-    assert len(ok) < n, 'every object was on the reachable store: nothing was checked'
-    cluster.store2 = store2
-    assert settle(i2, 7, n, at=64)['sha'] == put['sha']                # after heal every page loads again
-    print(f"after heal: all {n} pages load; abandoned pages released {released(i2):.1f} s after the heal")
+    reachable = sorted(set(range(n)) - set(on2))
+    print(f"two stores, store2 ({len(on2)} of {n} pages) cut from inst2: {len(loaded_exact(got, put))} loaded exact, "
+          f"codes {sorted(set(got['codes']))}, done in {got['done_s']:.2f} s; the next get {again['done_s']:.2f} s, "
+          f"codes {sorted(set(again['codes']))}")
+    assert m['prefix'] == n
+    assert loaded_exact(got, put) == reachable                          # the reachable store's pages, all of them
+    assert {got['codes'][i] for i in on2} <= {TIMEOUT, DOWN}             # store2's: failed (none loaded but wrong)
+    assert got['done_s'] <= TIMEOUT_S + 1.0                              # one deadline, not one per batch
+    assert loaded_exact(again, put) == reachable and {again['codes'][i] for i in on2} == {DOWN}
+    assert again['done_s'] < 1.0                                         # store2's circuit is open: nothing sent to it
+    assert settle(i2, 7, n, at=0)['sha'] == put['sha']                   # after heal every page loads again
+    print(f"after heal: all {n} pages load; abandoned pages released {released(i2):.1f} s after the heal; "
+          f"stats {i2.call(op='state')['stats']}")
+
+
+def test_what_match_claims_after_a_store_host_is_gone(cluster):
+    """Host store2 isolated (its link down: the master loses it too). `match` still claims store2's pages until the
+    master drops the silent client, `CLIENT_TTL_S` after its last heartbeat; meanwhile a get of them fails, at its
+    deadline the first time and at once after, and the reachable pages load exact; then match answers miss."""
+    h, i1, i2 = cluster.hosts, cluster.inst['inst1'], cluster.inst['inst2']
+    n = 64
+    put = i1.call(op='put', seed=11, n=n, wait_s=60)
+    assert set(put['codes']) == {OK}
+    on2 = pages_on(cluster, i2, 11, n, 'store2')
+    assert 0 < len(on2) < n, on2
+    h.isolate('store2'); t0 = time.monotonic()
+    try:
+        rounds, gone_s, at = [], None, 64
+        while gone_s is None and time.monotonic() - t0 < CLIENT_TTL_S + 20:
+            m = i2.call(op='match', seed=11, n=n)
+            claimed = [i for i in on2 if m['codes'][i] == OK]
+            got = i2.call(op='get', seed=11, n=n, at=at, wait_s=30); at = 128   # (the first get's store2 pages stay held)
+            assert 'error' not in got, got
+            rounds.append((time.monotonic() - t0, len(claimed), got['done_s'], sorted(set(got['codes']))))
+            assert set(loaded_exact(got, put)) == set(range(n)) - set(on2)     # never store2's, always the others
+            if not claimed: gone_s = time.monotonic() - t0
+            time.sleep(0.5)
+    finally:
+        h.kill(cluster.store2.p); cluster.store2 = None; h.heal()
+    for r in rounds[:2] + rounds[-2:]: print('t=%.2f s: match claims %d of store2\'s pages, get done in %.2f s, codes %s' % r)
+    print(f'match stopped claiming the isolated host\'s {len(on2)} pages {gone_s:.1f} s after it went (client_ttl {CLIENT_TTL_S} s)')
+    assert gone_s is not None and CLIENT_TTL_S / 2 <= gone_s <= CLIENT_TTL_S + 5
+    assert rounds[0][1] == len(on2)                                     # right after: every page still claimed
+    assert rounds[0][2] <= TIMEOUT_S + 1.0 and all(r[2] < 1.0 for r in rounds[1:])   # one deadline, then at once
+    m = i2.call(op='match', seed=11, n=n)
+    assert m['prefix'] == min(on2) and all(m['codes'][i] != OK for i in on2)
 
 
 def test_master_restart_while_putting(cluster):

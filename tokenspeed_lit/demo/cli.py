@@ -8,11 +8,13 @@ import argparse, dataclasses, json, math, os, platform, socket, sys, tempfile, t
 import torch
 from ..core.device import default_device, as_device, is_accel, triton_interpreted
 from ..l3.store import INSTALL_HINT, mooncake_available
+from ..l3.hosts import hosts_unavailable
 from .ranks import dist_init, dist_all_reduce, dist_close
 from .requests import DemoConfig, DemoViolation, MODELS, system_prompts, request_mix, engine_rng
 from .checks import FAULTS
 from .scheduler import serve, report, summary, threads_per_rank
-from .l3 import host_page_bytes, l3_segment_bytes, run_l3, l3_report, l3_json, second_config
+from .l3 import (host_page_bytes, l3_segment_bytes, run_l3, l3_report, l3_json, second_config,
+                                    run_l3_on_hosts, HOSTS_CAP)
 
 # %% auto #0
 __all__ = ['SUMMED', 'MAXED', 'REQUEST_BUDGET', 'L3_BUDGET', 'RANK_BYTES', 'L3_KEY_BYTES', 'MAX_RANKS', 'MAX_REQUESTS',
@@ -200,13 +202,13 @@ def _serve_ranks(cfg: DemoConfig, ranks: int) -> dict:
         return json.load(open(out))
 
 # %% ../../nbs/demo/36_cli.ipynb #0352d381
-def _run(cfg: DemoConfig, ranks: int, skip: str | None) -> tuple:
-    "Serve the run: (statistics, the L3 scenario's report lines and JSON, or why it was skipped)."
+def _run(cfg: DemoConfig, ranks: int, skip: str | None, on_hosts: bool = False) -> tuple:
+    "Serve the run: (statistics, the L3 scenario's report lines and JSON, or why it was skipped); `on_hosts`: the scenario across network hosts."
     if ranks > 1: stats = _serve_ranks(cfg, ranks)
     else:
         torch.set_num_threads(threads_per_rank(1))
         if not skip:
-            stats, get, info = run_l3(cfg, cfg.fault)
+            stats, get, info = (run_l3_on_hosts if on_hosts else run_l3)(cfg, cfg.fault)
             return ({**stats, 'fault_fired': stats['fault_fired'] + get['fault_fired']},     # both instances' injections
                     dict(lines=l3_report(stats, get, info), json=l3_json(stats, get, info)))
         stats = summary(serve(cfg))
@@ -273,6 +275,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--no-l3', action='store_true',
                     help='one engine instance, without the L3 scenario (a second instance loading shared prefixes '
                          'from Mooncake Store)')
+    ap.add_argument('--l3-hosts', action='store_true',
+                    help=f'run the L3 scenario across network hosts: the Mooncake master, the store process and each '
+                         f'instance in a Linux network namespace of its own, on one bridge with no route out, the store '
+                         f"host's link capped at {HOSTS_CAP} both ways, and instance 2 cut off from the store host for two "
+                         f'steps (needs root and iproute2; refused before anything starts where namespaces cannot be made)')
     ap.add_argument('--report', metavar='PATH',
                     help="also write the run's report as JSON to PATH (the machine, the input preparation's host "
                          "time in the loop and repeated at once, part by part, the checks, L3); its directory must "
@@ -288,6 +295,8 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
         except argparse.ArgumentTypeError as e: ap.error(f'argument --ranks: {e} (its default, from RANKS={env!r})')
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
     skip = l3_skip_reason(a.ranks, a.no_l3)
+    if a.l3_hosts and skip: ap.error(f'argument --l3-hosts: it runs the L3 scenario, which this run skips: {skip}')
+    if a.l3_hosts and (why := hosts_unavailable()): ap.error(f'argument --l3-hosts: network hosts cannot be made here: {why}')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
         if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
             ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
@@ -312,9 +321,11 @@ def main(argv=None) -> int:
     if not skip:
         print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, another process) loads '
               f'the shared system prompts the first stored in Mooncake Store' +
-              (', whose master is killed in the middle of its run' if a.fault == 'l3-down' else ''))
+              (', whose master is killed in the middle of its run' if a.fault == 'l3-down' else '') +
+              (f"; the master, the store process and each instance on a network host of its own (namespaces), the store "
+               f"host's link capped at {HOSTS_CAP}, instance 2 cut off from it for two steps" if a.l3_hosts else ''))
     t0, stats, l3, failure, fired = time.time(), None, None, None, None
-    try: stats, l3 = _run(cfg, a.ranks, skip); fired = stats['fault_fired']
+    try: stats, l3 = _run(cfg, a.ranks, skip, a.l3_hosts); fired = stats['fault_fired']
     except DemoViolation as e: failure, fired = f'VIOLATION: {e}', getattr(e, 'fault_fired', None)
     except Exception as e:   # a process failed, and printed its traceback (its count of injections went with it)
         last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)

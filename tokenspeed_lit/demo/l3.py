@@ -15,13 +15,14 @@ from ..l3.keys import L3Namespace
 from ..l3.tier import L3Tier
 from ..l3.servers import LocalMooncake
 from ..l3.store import MooncakeStore, MISS, mooncake_available
+from ..l3.hosts import Hosts, MooncakeOnHosts, drop_between, undrop_between
 from .requests import DemoConfig, Request, DemoViolation, system_prompts, MODELS
 from .scheduler import serve, summary, threads_per_rank
 
 # %% auto #0
-__all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
-           'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'second_instance', 'instance_main',
-           'l3_report', 'l3_json']
+__all__ = ['L3_COUNTS', 'MARK', 'HOSTS_CAP', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
+           'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'instance_process', 'instance_main',
+           'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines', 'l3_json']
 
 # %% ../../nbs/demo/35_l3.ipynb #282eebfa
 @dataclass
@@ -37,11 +38,15 @@ class L3Plan:
     kill_pid: int = 0           # --fault l3-down: the master's pid, killed at the start of step kill_step
     kill_step: int = 0
     timeout_s: float = 1.0      # the tier's deadline per store request
+    host: str = '127.0.0.1'     # the instance's own address (Mooncake's local_hostname): its host's, with --l3-hosts
+    partition: dict = field(default_factory=dict)   # --l3-hosts: instance 2 cuts itself off from the store host
+                                # (`a`, `b`: (namespace, address)) from the start of step `at` to the start of `heal`
 
 # %% ../../nbs/demo/35_l3.ipynb #ca0a983b
 L3_COUNTS = ('l3_put_pages', 'l3_put_failed', 'l3_put_skipped', 'l3_lookups', 'l3_prompt_tokens', 'l3_hit_pages',
              'l3_hit_requests', 'l3_bytes', 'l3_tokens_saved', 'l3_failed_pages', 'l3_tokens_recomputed',
-             'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at', 'l3_checkpoints')
+             'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at', 'l3_checkpoints', 'l3_cut_at',
+             'l3_healed_at', 'l3_cut_pages')
 
 class L3Instance:
     "One engine instance's part in the L3 scenario, as `plan` says (`tier`: a tier to use instead of Mooncake's)."
@@ -55,13 +60,16 @@ class L3Instance:
         self.states = engine.model if hasattr(engine.model, 'prefixes') else None   # a hybrid model: its checkpoints
         self.ns = L3Namespace(engine.cfg.model_line(), self.host.mirror, salt=bytes.fromhex(self.plan.salt))
         if self.tier is None:
-            self.tier = L3Tier(self.host.mirror, MooncakeStore(self.plan.master), self.ns,
+            self.tier = L3Tier(self.host.mirror, MooncakeStore(self.plan.master, local_hostname=self.plan.host), self.ns,
                                timeout_s=self.plan.timeout_s, probe_interval_s=1.0)
         engine.stats.update({k: 0 for k in L3_COUNTS}, l3_seconds=0.0)
 
     def on_step(self):
-        "At the start of a step: take back the host pages of finished L3 calls; `--fault l3-down`: kill the master now."
+        "At the start of a step: take back the host pages of finished L3 calls; `--fault l3-down`: kill the master now; `--l3-hosts`: cut or heal the partition."
         self.reap()
+        p, st = self.plan.partition, self.e.stats
+        if p and self.e.step_no == p['at']: drop_between(tuple(p['a']), tuple(p['b'])); st['l3_cut_at'] = self.e.step_no
+        if p and self.e.step_no == p['heal'] and st['l3_cut_at']: self.heal()
         if self.plan.kill_pid and self.e.step_no == self.plan.kill_step:
             os.kill(self.plan.kill_pid, signal.SIGKILL); self.e.stats['l3_killed_at'] = self.e.step_no
             self.e.faults.fired()
@@ -85,8 +93,13 @@ class L3Instance:
                 self.plan.stored += [k for k, o in zip(h.keys, ok.tolist()) if o]
         self.pending = keep
 
+    def heal(self):
+        "Undo the partition this instance cut (at its heal step, or at the end of a run that ended before it)."
+        undrop_between(tuple(self.plan.partition['a']), tuple(self.plan.partition['b']))
+        self.e.stats['l3_healed_at'] = self.e.step_no
     def close(self):
-        "After the run: wait for the store to return from every call (unless the master was killed), close the tier."
+        "After the run: heal a partition still cut, wait for the store to return from every call (unless the master was killed), close the tier."
+        if self.e.stats['l3_cut_at'] and not self.e.stats['l3_healed_at']: self.heal()
         self.reap(wait=not self.e.stats['l3_killed_at'])
         self.tier.close(); self.tier.store.close()
 
@@ -159,7 +172,8 @@ def load(self: L3Instance, r: Request):
     for key, v in (('l3_lookups', 1), ('l3_prompt_tokens', r.prompt_len), ('l3_hit_pages', loaded),
                    ('l3_hit_requests', int(loaded > 0)), ('l3_bytes', loaded * ht.mirror.bytes_per_host_page()),
                    ('l3_tokens_saved', loaded * ps), ('l3_failed_pages', failed), ('l3_tokens_recomputed', failed * ps),
-                   ('l3_short_pages', usable(hit) - k), ('l3_seconds', time.perf_counter() - t0)): e.stats[key] += v
+                   ('l3_short_pages', usable(hit) - k), ('l3_seconds', time.perf_counter() - t0),
+                   ('l3_cut_pages', failed if e.stats['l3_cut_at'] and not e.stats['l3_healed_at'] else 0)): e.stats[key] += v
 
 # %% ../../nbs/demo/35_l3.ipynb #ec7056be
 @patch
@@ -215,9 +229,19 @@ def l3_segment_bytes(cfg: DemoConfig) -> int:
     return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) // 2)
 
 # %% ../../nbs/demo/35_l3.ipynb #90592c2a
+HOSTS_CAP = '1gbit'          # --l3-hosts: the cap on the store host's link, both ways
+
 def second_config(cfg: DemoConfig) -> DemoConfig:
     "Instance 2's configuration: `cfg`'s, with `l3_requests` requests of its own (at most `requests`)."
     return dataclasses.replace(cfg, requests=min(cfg.l3_requests, cfg.requests), instance=2)
+
+def _second_plan(plan: L3Plan, two: DemoConfig, fault: str, master_pid: int, info: dict) -> L3Plan:
+    "Instance 2's plan: instance 1's, to get; `--fault l3-down`: the master's pid, killed in the middle of its run."
+    plan = dataclasses.replace(plan, role='get')
+    if fault == 'l3-down':
+        plan.kill_pid, plan.kill_step = master_pid, max(2, two.requests // (2 * two.arrivals_per_step))
+        info['killed_pid'] = plan.kill_pid
+    return plan
 
 def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
     "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
@@ -229,11 +253,8 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
             plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
             put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
             two = second_config(cfg)
-            plan = dataclasses.replace(plan, role='get')
-            if fault == 'l3-down':
-                plan.kill_pid, plan.kill_step = srv.master_proc.pid, max(2, two.requests // (2 * two.arrivals_per_step))
-                info['killed_pid'] = plan.kill_pid
-            try: get = second_instance(two, plan, srv.log_dir, progress)
+            plan = _second_plan(plan, two, fault, srv.master_proc.pid, info)
+            try: get = instance_process(two, plan, srv.log_dir, progress)[0]
             except DemoViolation as v:                   # the run's injections: instance 1's, then instance 2's
                 v.fault_fired = put['fault_fired'] + getattr(v, 'fault_fired', 0); raise
     finally:
@@ -250,37 +271,63 @@ def _end_with_parent():
     except Exception: pass
 
 # %% ../../nbs/demo/35_l3.ipynb #dd357a1f
-def second_instance(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool = True) -> dict:
-    "Run instance 2 in a process of its own (`instance_main`) and wait for it; returns its statistics."
-    path, out = os.path.join(workdir, 'instance2.json'), os.path.join(workdir, 'instance2-stats.json')
+def instance_process(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool = True, hosts: Hosts | None = None,
+                     number: int = 2) -> tuple[dict, L3Plan]:
+    "Run instance `number` in a process of its own (`instance_main`; on host `inst<number>` of `hosts`) and wait for it; its statistics and its plan."
+    path, out = (os.path.join(workdir, f'instance{number}{x}.json') for x in ('', '-stats'))
     with open(path, 'w') as f:
         json.dump(dict(cfg=dataclasses.asdict(cfg), plan=dataclasses.asdict(plan), out=out, progress=progress,
-                       log=os.path.join(workdir, 'clients.log')), f)
+                       log=os.path.join(workdir, 'clients.log'), label=f' (instance {number})'), f)
     pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))   # import it from here
     env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
-    code = 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))'
-    p = subprocess.run([sys.executable, '-c', code, path], env=env, stderr=fileno(sys.stderr),
-                       preexec_fn=_end_with_parent)
+    argv = [sys.executable, '-c', 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))', path]
+    if hosts is None: p = subprocess.run(argv, env=env, stderr=fileno(sys.stderr), preexec_fn=_end_with_parent)
+    else:
+        p = hosts.spawn(f'inst{number}', argv, env=env, stderr=fileno(sys.stderr))
+        try: p.wait(3600)
+        except subprocess.TimeoutExpired: hosts.kill(p)
     res = json.load(open(out)) if os.path.exists(out) else {}
     if 'violation' in res:
-        v = DemoViolation(f"instance 2: {res['violation']}"); v.fault_fired = res.get('fault_fired', 0); raise v
+        v = DemoViolation(f"instance {number}: {res['violation']}"); v.fault_fired = res.get('fault_fired', 0); raise v
     if p.returncode or 'stats' not in res:
-        raise RuntimeError(f'instance 2 exited with code {p.returncode} (its traceback is above)')
-    return res['stats']
+        raise RuntimeError(f'instance {number} exited with code {p.returncode} (its traceback is above)')
+    return res['stats'], L3Plan(**res['plan'])
 
 # %% ../../nbs/demo/35_l3.ipynb #6137aa78
 def instance_main(path: str) -> int:
-    "The second engine instance's process: serve the run described at `path`, write its statistics or its violation."
+    "An engine instance's process: serve the run described at `path`, write its statistics and plan, or its violation."
     with open(path) as f: a = json.load(f)
     cfg = DemoConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in a['cfg'].items()})
     torch.set_num_threads(threads_per_rank(1))
+    plan = L3Plan(**a['plan'])
     try:
         with native_logs_to(a['log']):
-            res = dict(stats=summary(serve(cfg, l3=L3Instance(L3Plan(**a['plan'])), progress=a['progress'],
-                                           label=' (instance 2)')))
+            res = dict(stats=summary(serve(cfg, l3=L3Instance(plan), progress=a['progress'], label=a['label'])),
+                       plan=dataclasses.asdict(plan))
     except DemoViolation as e: res = dict(violation=str(e), fault_fired=getattr(e, 'fault_fired', 0))
     with open(a['out'], 'w') as f: json.dump(res, f)
     return 0 if 'stats' in res else 1
+
+# %% ../../nbs/demo/35_l3.ipynb #c51a0002
+def run_l3_on_hosts(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
+    "The L3 scenario across network hosts: master, store process and each instance on a network namespace of its own; (put, get, info)."
+    with Hosts(['master', 'store', 'inst1', 'inst2'], tag=f'tsdemo{os.getpid() % 100000}') as hosts:
+        hosts.cap('store', HOSTS_CAP)
+        srv = MooncakeOnHosts(hosts, segment_bytes=l3_segment_bytes(cfg))
+        info = dict(model=cfg.model, master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=host_page_bytes(cfg),
+                    systems=len(system_prompts(cfg)), **hosts.describe())
+        put, plan = instance_process(cfg, L3Plan(srv.master, os.urandom(16).hex(), 'put', host=hosts.addr['inst1']),
+                                     srv.log_dir, progress, hosts, number=1)
+        two = second_config(cfg)
+        at = max(2, two.requests // (4 * two.arrivals_per_step))
+        plan = dataclasses.replace(_second_plan(plan, two, fault, srv.master_proc.pid, info), host=hosts.addr['inst2'],
+                                   partition=dict(at=at, heal=at + 2, a=hosts.host('inst2'), b=hosts.host('store')))
+        info['partitions'] = [dict(between=['inst2', 'store'], steps_of_instance_2=[at, at + 2])]
+        try: get = instance_process(two, plan, srv.log_dir, progress, hosts)[0]
+        except DemoViolation as v:
+            v.fault_fired = put['fault_fired'] + getattr(v, 'fault_fired', 0); raise
+    info['left'], info['namespaces_left'] = hosts.pids, hosts.exists()      # none
+    return put, get, info
 
 # %% ../../nbs/demo/35_l3.ipynb #6b5ee8a6
 def l3_report(put: dict, get: dict, info: dict) -> str:
@@ -288,10 +335,12 @@ def l3_report(put: dict, get: dict, info: dict) -> str:
     mb = lambda n: f'{n / 1e6:.2f} MB'
     failed, rec = get['l3_failed_pages'], get['l3_tokens_recomputed']
     short = f"; {get['l3_short_pages']} not loaded for want of free pages" if get['l3_short_pages'] else ''
+    where = ('each instance in a process of its own, each server and instance on a network host of its own'
+             if 'hosts' in info else 'instance 1 here, instance 2 in a second process')
     lines = [
         f"L3 tier              a Mooncake master ({info['master']}) and a store process (pids "
-        f"{', '.join(map(str, info['pids']))}), started for this run and stopped by pid; instance 1 here, instance 2 in "
-        f"a second process; {info['systems']} shared system prompts",
+        f"{', '.join(map(str, info['pids']))}), started for this run and stopped by pid; {where}; {info['systems']} "
+        f"shared system prompts", *l3_hosts_lines(get, info),
         f"L3 put (instance 1)  {put['l3_put_pages']} pages ({mb(put['l3_put_pages'] * info['page_bytes'])}): the full "
         f"prompt pages of each request as its prefill completed, each key once" +
         (f" ({put['l3_checkpoints']} of them pages whose state row holds a checkpoint, under a key of their own)"
@@ -313,6 +362,17 @@ def l3_report(put: dict, get: dict, info: dict) -> str:
                      f"serving went on")
     return '\n'.join(lines)
 
+def l3_hosts_lines(get: dict, info: dict) -> list[str]:
+    "With `--l3-hosts`: the report's lines naming the hosts, the cap and the partition instance 2 injected."
+    if 'hosts' not in info: return []
+    named = ', '.join(f"{n} {h['address']} (netns {h['namespace']})" for n, h in info['hosts'].items())
+    caps = ', '.join(f'{n} {rate}' for n, rate in info['caps'].items())
+    (p,) = info['partitions']
+    healed = f"healed at step {get['l3_healed_at']}" if get['l3_healed_at'] else 'never cut (the run ended first)'
+    return [f"L3 hosts             {named}: network namespaces on one bridge, no route out; link caps (both ways): {caps}",
+            f"L3 partition         {' <-> '.join(p['between'])} cut at step {get['l3_cut_at'] or '-'} of instance 2, "
+            f"{healed}: {get['l3_cut_pages']} pages failed meanwhile (prefilled instead)"]
+
 # %% ../../nbs/demo/35_l3.ipynb #25b7c291
 def l3_json(put: dict, get: dict, info: dict) -> dict:
     "The L3 scenario's figures for the JSON report."
@@ -323,5 +383,8 @@ def l3_json(put: dict, get: dict, info: dict) -> dict:
                 prefill_tokens_recomputed=get['l3_tokens_recomputed'], pages_byte_checked=get['l3_pages_checked'],
                 loaded_kv_compared=get['l3_kv_compared'], pages_put_with_checkpoint=put['l3_checkpoints'],
                 checkpoints_resumed=get['l3_checkpoints'],
+                hosts=info.get('hosts'), caps=info.get('caps'),
+                partitions=[p | dict(cut_at_step=get['l3_cut_at'] or None, healed_at_step=get['l3_healed_at'] or None,
+                                     pages_failed=get['l3_cut_pages']) for p in info.get('partitions', [])],
                 second_instance={k: get[k] for k in ('steps', 'finished', 'checks', 'logits_compared', 'kv_compared',
                                                      'max_logit_diff', 'max_kv_diff')})

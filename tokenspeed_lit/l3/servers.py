@@ -9,7 +9,7 @@ from ..core.contract import check_int
 from .store import INSTALL_HINT, MIN_SEGMENT, MooncakeStore, check_master, ram_bytes, size_bytes
 
 # %% auto #0
-__all__ = ['mooncake_master_path', 'free_port', 'serve_segment', 'LocalMooncake']
+__all__ = ['mooncake_master_path', 'free_port', 'serve_segment', 'spawn_master', 'spawn_store', 'start_store', 'LocalMooncake']
 
 # %% ../../nbs/l3/25_servers.ipynb #5a243e95
 def mooncake_master_path() -> str:
@@ -32,20 +32,30 @@ def _die_with_parent():
     except Exception: pass
 
 # %% ../../nbs/l3/25_servers.ipynb #ffaacea7
-def serve_segment(master: str, segment_bytes: int, protocol: str = 'tcp') -> None:
-    "Mount `segment_bytes` of memory into the store at `master`, print READY, serve until stdin closes."
-    store = MooncakeStore(master, protocol=protocol, segment_bytes=segment_bytes)
+def serve_segment(master: str, segment_bytes: int, protocol: str = 'tcp', local_hostname: str = '127.0.0.1',
+                  wait_s: float = 0.0) -> None:
+    "Mount `segment_bytes` of memory into the store at `master` as `local_hostname`, print READY, serve until stdin closes; a master that does not answer yet is asked again for up to `wait_s` s."
+    end = time.monotonic() + wait_s
+    while True:
+        try: store = MooncakeStore(master, protocol=protocol, segment_bytes=segment_bytes, local_hostname=local_hostname); break
+        except ConnectionError:
+            if time.monotonic() >= end: raise
+            time.sleep(0.2)
     print('READY', flush=True)
     sys.stdin.read()
     store.close()
 
 # %% ../../nbs/l3/25_servers.ipynb #20a3ee5e
-def _spawn_master(rpc_port: int, metrics_port: int, log: str) -> subprocess.Popen:
-    "A `mooncake_master` on 127.0.0.1 at these ports, without the HTTP metadata server, its output appended to `log`."
-    cmd = [mooncake_master_path(), f'--rpc_port={rpc_port}', '--rpc_address=127.0.0.1',
-           f'--metrics_port={metrics_port}', '--metrics_host=127.0.0.1', '--enable_http_metadata_server=false']
+def _popen(argv: list[str], **popen) -> subprocess.Popen:
+    "Start `argv` here, with `PR_SET_PDEATHSIG` set (the default `spawn` of the functions below)."
+    return subprocess.Popen(argv, preexec_fn=_die_with_parent, **popen)
+
+def spawn_master(rpc_port: int, metrics_port: int, log: str, address: str = '127.0.0.1', flags=(), spawn=_popen) -> subprocess.Popen:
+    "A `mooncake_master` listening on `address` at these ports (`flags`: more of its options), without the HTTP metadata server, its output appended to `log`; started by `spawn`."
+    cmd = [mooncake_master_path(), f'--rpc_port={rpc_port}', f'--rpc_address={address}',
+           f'--metrics_port={metrics_port}', f'--metrics_host={address}', '--enable_http_metadata_server=false', *flags]
     with open(log, 'ab') as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        return spawn(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 def _answers(p: subprocess.Popen, master: str, log: str) -> bool:
     "Whether the master process `p` answers `check_master`'s probe at `master` yet (RuntimeError once it exited)."
@@ -53,14 +63,15 @@ def _answers(p: subprocess.Popen, master: str, log: str) -> bool:
     try: check_master(master, 0.2); return True
     except ConnectionError: return False
 
-def _spawn_store(master: str, segment_bytes: int, log: str) -> subprocess.Popen:
-    "A store process running `serve_segment`, importing this package from where this process did; stderr to `log`."
-    code = f'from tokenspeed_lit.l3.servers import serve_segment; serve_segment({master!r}, {segment_bytes})'
+def spawn_store(master: str, segment_bytes: int, log: str, local_hostname: str = '127.0.0.1', wait_s: float = 0.0,
+                 spawn=_popen) -> subprocess.Popen:
+    "A store process running `serve_segment`, importing this package from where this process did, stderr to `log`; started by `spawn`."
+    code = (f'from tokenspeed_lit.l3.servers import serve_segment; '
+            f'serve_segment({master!r}, {segment_bytes}, local_hostname={local_hostname!r}, wait_s={wait_s})')
     here = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))   # holds the package
     env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [here, os.environ.get('PYTHONPATH')]))}
     with open(log, 'ab') as err:
-        return subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE, env=env,
-                                stdout=subprocess.PIPE, stderr=err, preexec_fn=_die_with_parent)
+        return spawn([sys.executable, '-c', code], stdin=subprocess.PIPE, env=env, stdout=subprocess.PIPE, stderr=err)
 
 def _printed_ready(p: subprocess.Popen, log: str) -> bool:
     "Whether the store process `p` has printed READY (RuntimeError once it exited)."
@@ -78,6 +89,13 @@ def _wait_until(ok, timeout_s: float, what: str, log: str):
 def _kill(p, timeout_s: float = 5.0):
     if p is None or p.poll() is not None: return
     p.kill(); p.wait(timeout_s)
+
+def start_store(master: str, segment_bytes: int, log: str, local_hostname: str = '127.0.0.1', wait_s: float = 0.0,
+                spawn=_popen, timeout_s: float = 60.0) -> subprocess.Popen:
+    "`spawn_store`, then wait until it printed READY (its segment mounted), at most `timeout_s` past `wait_s`."
+    p = spawn_store(master, segment_bytes, log, local_hostname, wait_s, spawn)
+    _wait_until(lambda: _printed_ready(p, log), wait_s + timeout_s, 'the store process', log)
+    return p
 
 # %% ../../nbs/l3/25_servers.ipynb #1e0c2fa2
 class LocalMooncake:
@@ -109,12 +127,10 @@ class LocalMooncake:
         return self
     def start_master(self):
         log = os.path.join(self.log_dir, 'master.log')
-        self.master_proc = _spawn_master(self.rpc_port, self.metrics_port, log)
+        self.master_proc = spawn_master(self.rpc_port, self.metrics_port, log)
         _wait_until(lambda: _answers(self.master_proc, self.master, log), 15, 'mooncake_master', log)
     def start_store(self):
-        log = os.path.join(self.log_dir, 'store.log')
-        p = self.store_proc = _spawn_store(self.master, self.segment_bytes, log)
-        _wait_until(lambda: _printed_ready(p, log), 60, 'the store process', log)
+        self.store_proc = start_store(self.master, self.segment_bytes, os.path.join(self.log_dir, 'store.log'))
 
     def stop_store(self):
         "Stop the store process (its segment, and every object in it, leaves the store)."

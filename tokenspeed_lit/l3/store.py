@@ -353,6 +353,26 @@ class MooncakeStore:
         keys = list(keys); ptrs = self._pointers(keys, buffer, offsets, sizes)
         with self._calls('batch_get_into') as client: return list(client.batch_get_into(keys, ptrs, list(sizes)))
 
+# %% ../../nbs/l3/24_store.ipynb #c24b0002
+def _replica_host(replicas) -> str | None:
+    "The transfer address of the first complete in-memory replica among `replicas` (Mooncake's descriptors), or None."
+    for r in replicas:
+        if r.is_memory_replica() and r.status.name == 'COMPLETE':
+            return r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+    return None
+
+@patch
+def batch_hosts(self: MooncakeStore, keys) -> list[str | int]:
+    "Per key: the store host ('address:port' of its transfer engine) holding a complete replica, else `batch_exists`'s answer (0 absent, negative an error)."
+    keys = list(keys)
+    with self._calls('batch_hosts') as client:
+        found = client.batch_get_replica_desc(keys)                  # one round trip to the master
+        where = [_replica_host(found.get(k, ())) for k in keys]
+        rest = [i for i, w in enumerate(where) if w is None]       # absent, or the master did not answer (it then answers {})
+        if rest:
+            for i, e in zip(rest, client.batch_is_exist([keys[i] for i in rest])): where[i] = int(e)
+    return where
+
 # %% ../../nbs/l3/24_store.ipynb #91bc8516
 CONFIG_MAX_BYTES = 1 << 20    # a Mooncake config is a few hundred bytes: a larger file is not one
 _FIELDS = (('master', 'master_server_address', 'MOONCAKE_MASTER', None),       # (argument, config key, variable, default)

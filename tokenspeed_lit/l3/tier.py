@@ -61,18 +61,18 @@ class L3Handle:
         "The pages `lo:hi` of the next batch cut off this call."
         lo = self._next; hi = self._next = min(lo + batch_pages, self.n); return lo, hi
     def _skips(self, lo: int) -> bool: return self.op == 'match' and lo >= self._cut   # past a match's first miss
-    def _report(self, lo: int, hi: int, codes) -> int:
-        "Pages `lo:hi` get their final codes (one batch, reported once); returns how many succeeded."
+    def _report(self, idx: slice | np.ndarray, codes) -> int:
+        "Pages `idx` (a slice of the call, or its positions) get their final codes (one batch, reported once); returns how many succeeded."
         if self._codes is None: self._codes = np.full(self.n, PENDING, np.int32)
-        c = self._codes[lo:hi]; c[:] = codes
-        if self.op == 'match' and (c != OK).any(): self._cut = min(self._cut, lo + int(np.flatnonzero(c != OK)[0]))
+        self._codes[idx] = codes; c = self._codes[idx]
+        if self.op == 'match' and (c != OK).any(): self._cut = min(self._cut, int(np.arange(self.n)[idx][c != OK][0]))
         self._pending -= 1
         if self._pending == 0: self.finished = time.monotonic()
         return int((c == OK).sum())
-    def _release(self, lo: int, hi: int, safe: list[bool]) -> None:
-        "The store returned from pages `lo:hi`: those whose answer was safe are no longer held."
+    def _release(self, idx: slice | np.ndarray, safe: list[bool]) -> None:
+        "The store returned from pages `idx`: those whose answer was safe are no longer held."
         if self._held is None: self._held = np.ones(self.n, bool)
-        self._held[lo:hi][np.array(safe, bool)] = False
+        self._held[np.arange(self.n)[idx][np.array(safe, bool)]] = False
         self._nheld -= sum(safe)
 
 # %% ../../nbs/l3/26_tier.ipynb #d5d5af40
@@ -105,9 +105,15 @@ def wait_released(self: L3Handle, timeout: float | None = None) -> bool:
 QUEUED, RUNNING, ABANDONED, RETURNED = 'queued', 'running', 'abandoned', 'returned'
 
 class _Batch:
-    __slots__ = ('handle', 'lo', 'hi', 'state', 'deadline', 'probe')
-    def __init__(self, handle: L3Handle, lo: int, hi: int):
+    __slots__ = ('handle', 'lo', 'hi', 'idx', 'n', 'state', 'deadline', 'probe', 'host')
+    def __init__(self, handle: L3Handle, lo: int, hi: int, idx: np.ndarray | None = None):
         self.handle, self.lo, self.hi, self.state, self.deadline, self.probe = handle, lo, hi, QUEUED, None, False
+        self.idx, self.n = (slice(lo, hi), hi - lo) if idx is None else (idx, len(idx))
+        self.host = None                     # the store host all its pages are on, once a get was routed
+    def keys(self) -> list[str]:
+        "The keys of its pages."
+        k = self.handle.keys
+        return k[self.lo:self.hi] if type(self.idx) is slice else [k[i] for i in self.idx.tolist()]
 
 # %% ../../nbs/l3/26_tier.ipynb #05f865b9
 class _Holds:
@@ -216,7 +222,9 @@ class _CallQueue:
         self._queue, self._running, self._holds = deque(), set(), _Holds()
         self._queued = self._idle = 0
         self._down, self._next_probe, self._closed = False, 0.0, False
-        self.stats = dict(calls=0, pages_ok=0, refused=0, down_refused=0, timeouts=0, late=0, trips=0, recoveries=0)
+        self._hosts_down, self._inside, self._cap = {}, Counter(), 1   # store host -> next probe; a get's requests in each host
+        self.stats = dict(calls=0, pages_ok=0, refused=0, down_refused=0, timeouts=0, late=0, trips=0, recoveries=0,
+                          host_trips=0, host_recoveries=0, host_refused=0)
 
     def _submit(self, op: str, keys: list[str], pages: np.ndarray | None, s: set | None) -> L3Handle:
         "Admit or refuse one checked call (`s`: `pages` as a set, None with them); the lock is taken once."
@@ -249,32 +257,42 @@ class _CallQueue:
 
     def _report(self, b: _Batch, codes) -> None:
         "Give the pages of `b` their final codes (lock held); a no-op for a batch already reported."
-        if b.state not in (ABANDONED, RETURNED): self.stats['pages_ok'] += b.handle._report(b.lo, b.hi, codes)
+        if b.state not in (ABANDONED, RETURNED): self.stats['pages_ok'] += b.handle._report(b.idx, codes)
 
     def _finish(self, b: _Batch, codes) -> None:
         "The store returned from `b` with `codes` (lock held): report them unless the watchdog did, then release `b`."
         self._report(b, codes); b.state = RETURNED
         h = b.handle
         if h.host_pages is None or h.released: return
-        pages, safe = h.host_pages[b.lo:b.hi].tolist(), [c in SAFE_CODES for c in codes]
-        self._holds.release(h.op, pages, safe); h._release(b.lo, b.hi, safe)
+        pages, safe = h.host_pages[b.idx].tolist(), [c in SAFE_CODES for c in codes]
+        self._holds.release(h.op, pages, safe); h._release(b.idx, safe)
 
-    def _trip(self) -> None:
-        "Open the circuit (lock held): fail every queued batch with DOWN."
-        if not self._down: self.stats['trips'] += 1
-        self._down, self._next_probe = True, time.monotonic() + self.probe_interval_s
-        while self._queue:
-            b = self._next_batch(); self._finish(b, [DOWN] * (b.hi - b.lo))
+    def _trip(self, host: str | None = None) -> None:
+        "Open a circuit (lock held): store host `host`'s (gets fail its pages with DOWN until a probe), or the store's (None: every queued batch fails with DOWN)."
+        if host is not None:
+            self.stats['host_trips'] += host not in self._hosts_down
+            self._hosts_down[host] = time.monotonic() + self.probe_interval_s
+        else:
+            if not self._down: self.stats['trips'] += 1
+            self._down, self._next_probe = True, time.monotonic() + self.probe_interval_s
+            while self._queue:
+                b = self._next_batch(); self._finish(b, [DOWN] * b.n)
         self._cv.notify_all()
+
+    def _host_refuses(self, host: str, now: float) -> bool:
+        "Whether a get's pages on `host` fail with DOWN unsent (lock held): its circuit is open and no probe is due, or `_cap` of its requests are still inside; else a request to it may go (and probes it)."
+        if host not in self._hosts_down: return False
+        if now < self._hosts_down[host] or self._inside[host] >= self._cap: return True
+        self._hosts_down[host] = now + self.probe_interval_s; return False
 
 # %% ../../nbs/l3/26_tier.ipynb #7695d55c
 def _store_requests(store: L3Store, buf: torch.Tensor, b: _Batch) -> list[int]:
     "The store requests of one batch of pages of `buf` (lock released); per-page codes."
     h, pb = b.handle, buf.shape[1]
-    keys = h.keys[b.lo:b.hi]
+    keys = b.keys()
     if h.op == 'match':
         return [OK if e == 1 else MISS if e == 0 else int(e) for e in store.batch_exists(keys)]
-    offsets = (h.host_pages[b.lo:b.hi] * pb).tolist()
+    offsets = (h.host_pages[b.idx] * pb).tolist()
     if h.op == 'get':
         return [OK if r == pb else int(r) if r < 0 else SHORT_READ
                 for r in store.batch_get_into(keys, buf, offsets, [pb] * len(keys))]
@@ -285,12 +303,48 @@ def _store_requests(store: L3Store, buf: torch.Tensor, b: _Batch) -> list[int]:
         for i, r in zip(todo, put): codes[i] = OK if r in (0, EXISTS) else int(r)
     return [TIMEOUT if c == PENDING else c for c in codes]
 
+# %% ../../nbs/l3/26_tier.ipynb #c26a0002
+def _answer(f, n: int) -> list[int]:
+    "`f()`, a store request's per-page codes; DOWN for its `n` pages if the store sent nothing (`NothingSent`), ERROR if it raised otherwise."
+    try: return f()
+    except NothingSent: return [DOWN] * n       # no byte moved: the pages are safe
+    except Exception: return [ERROR] * n
+
+# %% ../../nbs/l3/26_tier.ipynb #b3a1f052
+class _Routes:
+    "The workers' routing of get batches by store host (a part of `_Workers`, below: its queue, store and buffer)."
+    def _route(self, b: _Batch) -> None | list[int]:
+        "Read get batch `b` from the store hosts holding its pages, each host's part on its own thread, and wait for the parts until the deadline; None once they report themselves."
+        groups = {}                                                  # store host, or a code for pages no host holds -> positions
+        for i, w in zip(range(b.lo, b.hi) if type(b.idx) is slice else b.idx.tolist(), self.store.batch_hosts(b.keys())):
+            groups.setdefault(w if isinstance(w, str) else None if w == 1 else MISS if w == 0 else int(w), []).append(i)
+        with self._cv:
+            if b.state != RUNNING: return [SKIPPED] * b.n         # abandoned while asking: nothing was sent
+            self._running.discard(b); b.handle._pending += len(groups) - 1
+            now, parts = time.monotonic(), []
+            for key, idx in groups.items():
+                p = _Batch(b.handle, idx[0], idx[-1] + 1, np.array(idx))
+                p.state, p.deadline, p.host = RUNNING, b.deadline, key if isinstance(key, str) else None
+                if isinstance(key, int): self._done(p, [key] * p.n)               # absent, or the master's error
+                elif key is not None and self._host_refuses(key, now):
+                    self.stats['host_refused'] += 1; self._finish(p, [DOWN] * p.n)   # its circuit is open: nothing sent
+                else: self._inside[p.host] += 1; self._running.add(p); parts.append(p)
+            self._cv.notify_all(); self._watch_cv.notify()              # (a part may have completed the call)
+        for p in parts: threading.Thread(target=self._read_part, args=(p,), name=f'l3-get-{p.host}', daemon=True).start()
+        with self._cv: self._cv.wait_for(lambda: all(p.state != RUNNING for p in parts), max(b.deadline - time.monotonic(), 0) + 1)
+
+    def _read_part(self, p: _Batch) -> None:
+        "A part's own thread: its store request (none if the watchdog abandoned it first), then its report."
+        codes = _answer(lambda: _store_requests(self.store, self._buf, p), p.n) if p.state == RUNNING else [SKIPPED] * p.n
+        with self._cv: self._inside[p.host] -= 1; self._done(p, codes)
+
 # %% ../../nbs/l3/26_tier.ipynb #1f6dd301
-class _Workers(_CallQueue):
+class _Workers(_Routes, _CallQueue):
     "The threads behind the queue: workers that run its batches against `store`, a watchdog for their deadlines."
     def __init__(self, store: L3Store, buf: torch.Tensor, probe_key: str, workers: int, **queue):
         super().__init__(**queue)
-        self.store, self._buf, self._probe_key = store, buf, probe_key
+        self.store, self._buf, self._probe_key, self._cap = store, buf, probe_key, workers
+        self._routed = callable(getattr(store, 'batch_hosts', None))     # it says which store host holds each object
         self._threads = [threading.Thread(target=self._work, name=f'l3-worker-{i}', daemon=True) for i in range(workers)]
         self._threads.append(threading.Thread(target=self._watch, name='l3-watchdog', daemon=True))
         for t in self._threads: t.start()
@@ -305,38 +359,39 @@ class _Workers(_CallQueue):
                 if self._closed: return
                 b = self._next_batch()
                 if self._queue and self._idle: self._work_cv.notify()     # more to do: wake the next worker
-                if b.handle._skips(b.lo): self._finish(b, [SKIPPED] * (b.hi - b.lo)); continue
+                if b.handle._skips(b.lo): self._finish(b, [SKIPPED] * b.n); continue
                 b.state, b.deadline, b.probe = RUNNING, time.monotonic() + self.timeout_s, self._down
                 self._running.add(b); self._watch_cv.notify()
-            codes = self._attempt(b)
-            with self._cv:
-                self._running.discard(b)
-                if b.state == ABANDONED: self.stats['late'] += 1
-                self._finish(b, codes)
-                if any(c in DOWN_CODES for c in codes): self._trip()
-                self._cv.notify_all(); self._watch_cv.notify()    # (a closing tier's watchdog may be waiting for this batch)
+            codes = _answer(lambda: self._attempt(b), b.n)
+            if codes is not None:
+                with self._cv: self._done(b, codes)
 
-    def _attempt(self, b: _Batch) -> list[int]:
-        "Probe the store if the circuit is open, then run the batch; per-page codes (DOWN if the store sent nothing, ERROR if it raised otherwise)."
-        n = b.hi - b.lo
-        try:
-            if b.probe:
-                if any(e < 0 for e in self.store.batch_exists([self._probe_key])): return [DOWN] * n
-                with self._cv:
-                    if self._down: self._down = False; self.stats['recoveries'] += 1
-            return _store_requests(self.store, self._buf, b)
-        except NothingSent: return [DOWN] * n       # no byte moved: the pages are safe
-        except Exception: return [ERROR] * n
+    def _done(self, b: _Batch, codes) -> None:
+        "The store returned from `b` with `codes` (lock held): report them unless the watchdog did, release `b`, open or close its circuit."
+        self._running.discard(b)
+        if b.state == ABANDONED: self.stats['late'] += 1
+        self._finish(b, codes)
+        if any(c in DOWN_CODES for c in codes): self._trip(b.host)
+        elif self._hosts_down.pop(b.host, None) is not None: self.stats['host_recoveries'] += 1
+        self._cv.notify_all(); self._watch_cv.notify()    # (a closing tier's watchdog may be waiting for this batch)
+
+    def _attempt(self, b: _Batch) -> list[int] | None:
+        "Probe the store if the circuit is open, then run the batch: its per-page codes, or None for a routed get (its parts report themselves)."
+        if b.probe:
+            if any(e < 0 for e in self.store.batch_exists([self._probe_key])): return [DOWN] * b.n
+            with self._cv:
+                if self._down: self._down = False; self.stats['recoveries'] += 1
+        if b.handle.op == 'get' and self._routed: return self._route(b)
+        return _store_requests(self.store, self._buf, b)
 
     def _watch(self) -> None:
         "The watchdog thread: abandon batches past their deadline; after `close`, until no batch is running."
         with self._cv:
             while True:
                 now = time.monotonic()
-                late = [b for b in self._running if b.state == RUNNING and b.deadline <= now]
-                for b in late:
-                    self._report(b, [TIMEOUT] * (b.hi - b.lo)); b.state = ABANDONED; self.stats['timeouts'] += 1
-                if late: self._trip()
+                for b in [b for b in self._running if b.state == RUNNING and b.deadline <= now]:
+                    self._report(b, [TIMEOUT] * b.n); b.state = ABANDONED; self.stats['timeouts'] += 1
+                    self._trip(b.host)
                 waits = [b.deadline - now for b in self._running if b.state == RUNNING]
                 if self._closed and not waits: return        # every call in flight has its codes: nothing left to watch
                 self._watch_cv.wait(max(min(waits), 0.001) if waits else None)
