@@ -57,6 +57,9 @@ def test_demo_passes_every_check(ranks):
         assert words in r.stdout
     for words in ('staged for the decode graph', 'fill_input_buffers', 'gen-0 collections'):
         assert words in line(r, 'input prep per step') + line(r, 'garbage collector')
+    assert line(r, 'setup: ').startswith('setup: the model is built here from its config, random weights, nothing downloaded')
+    assert r.stdout.index('setup: ') < r.stdout.index('steps ')              # said before the run
+    assert ('interpreter figures' in r.stdout) == triton_interpreted()      # the timings labelled where they mean nothing
     if ranks > 1: assert line(r, 'L3 tier').endswith('skipped: --ranks 2 (the L3 scenario runs with one rank)')
     # not a terminal: each progress bar (a second instance has its own) writes plain lines, one per tenth of its
     # requests, no carriage returns
@@ -198,7 +201,7 @@ def test_bad_counts_are_usage_errors(args, msg, capsys):
 
 
 def test_help_describes_every_option():
-    from tokenspeed_lit.demo.cli import parser
+    from tokenspeed_lit.demo.options import parser
     ap = parser()
     for action in ap._actions:
         assert action.help, action.option_strings
@@ -472,10 +475,11 @@ def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
     from tokenspeed_lit.demo import cli
     monkeypatch.delenv('RANKS', raising=False)
     monkeypatch.setattr(cli, 'mooncake_available', lambda: True)
-    ap = cli.parser()
-    assert ap._option_string_actions['--fault'].choices == ['none', *cli.FAULTS]
+    from tokenspeed_lit.demo.options import parser, FAULTS
+    ap = parser()
+    assert ap._option_string_actions['--fault'].choices == ['none', *FAULTS]
     helptext = ap._option_string_actions['--fault'].help        # (the rendered help breaks names at hyphens)
-    for fault, f in cli.FAULTS.items():
+    for fault, f in FAULTS.items():
         assert f['needs'] and f['outcome'] in ('caught', 'survived') and f"'{fault}' " in helptext
         cfg, skip = cli.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
                                                           '--requests', str(HYBRID_N)]))
@@ -568,3 +572,64 @@ def test_what_instance_2_loaded_is_the_gets_result():
     st = s.stats
     assert (st['l3_hit_pages'], st['l3_pages_checked'], st['l3_failed_pages']) == (1, 1, len(keys) - 1)
     assert st['l3_tokens_saved'] == ps and st['l3_tokens_recomputed'] == (len(keys) - 1) * ps
+
+
+# The command line answers before the demo is imported: `demo.options` parses it (argparse only), `demo.__main__`
+# imports `demo.cli` (torch, triton, transformers: seconds) only for a run.
+@pytest.mark.parametrize('args, code, words', [
+    (['--model', 'nope'], 2, "argument --model: invalid choice: 'nope'"),
+    (['--no-such-flag'], 2, 'unrecognized arguments: --no-such-flag'),
+    (['--ranks', '0'], 2, 'argument --ranks: must be an integer in [1, 64], got 0'),
+    (['--help'], 0, 'DEMO_ARGS'),
+])
+def test_an_option_error_answers_at_once(args, code, words):
+    t0 = time.time()
+    r = demo(*args, timeout=60)
+    took = time.time() - t0
+    assert r.returncode == code and words in r.stdout + r.stderr, r.stdout + r.stderr
+    assert 'make demo [RANKS=N] [DEMO_ARGS="OPTIONS"]' in r.stdout + r.stderr           # how make passes them on
+    assert took < 3, f'{args}: {took:.2f} s'                                              # torch alone takes seconds
+
+
+def test_the_options_are_parsed_without_torch():
+    code = ("import sys; from tokenspeed_lit.demo.options import parse; ap, a = parse(['--model', 'hybrid', '--fault', "
+            "'rejected-draft']); print(a.model, a.fault, [m for m in ('torch', 'triton', 'transformers', 'numpy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=ENV, timeout=60, check=True).stdout
+    assert out.split() == ['hybrid', 'rejected-draft', '[]'], out
+
+
+def test_make_help_names_demo_args_and_ranks():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(['make', '-s', '-C', root, 'STAMP=', 'help'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    demo_lines = [l for l in r.stdout.splitlines() if l.startswith('make demo')]
+    assert any('DEMO_ARGS="--model hybrid"' in l and 'RANKS=' in l for l in demo_lines), r.stdout
+    assert all(l.startswith('make ') for l in r.stdout.splitlines())                   # one line a target
+
+
+def test_the_one_time_setup_is_announced_first(tmp_path):
+    "The first run of a target (a missing stamp) says what it sets up and its size before it installs anything."
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(['make', '-n', '-C', root, f'STAMP={tmp_path}/.installed', 'demo'], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert 0 <= out.index('one-time setup') < out.index('pip install'), out
+    said = next(l for l in out.splitlines() if 'one-time setup' in l)
+    assert 'requirements-dev.txt' in said and 'GB' in said
+
+
+def test_the_summary_and_report_label_interpreter_timings(monkeypatch, capsys, tmp_path):
+    "Without a GPU's compiled kernels the summary says its timings are the interpreter's, and the JSON report carries it (`timings_note`)."
+    from tokenspeed_lit.demo import cli
+    monkeypatch.delenv('RANKS', raising=False)
+    monkeypatch.setattr(cli, '_run', lambda cfg, ranks, skip, on_hosts: (dict(checks=5, fault_fired=0),
+                                                                         dict(lines='L3 lines', json=None)))
+    monkeypatch.setattr(cli, 'report', lambda stats: 'the report')
+    assert cli.main(['--requests', '4', '--no-l3', '--report', str(tmp_path / 'r.json')]) == 0
+    out, rep = capsys.readouterr().out, json.loads((tmp_path / 'r.json').read_text())
+    assert out.index('setup: the model is built here') < out.index('the report')
+    if triton_interpreted():
+        assert 'timings              Triton interpreter figures (TRITON_INTERPRET=1, ' in out, out
+        assert rep['timings_note'].endswith('not representative of a GPU') and rep['timings_note'] in out
+    else: assert rep['timings_note'] is None and 'interpreter figures' not in out

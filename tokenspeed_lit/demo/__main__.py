@@ -7,8 +7,11 @@ __all__ = []
 
 # %% ../../nbs/demo/37_main.ipynb #fc362f81
 import sys
-from .cli import main
+from .options import parse
 
 # %% ../../nbs/demo/37_main.ipynb #c047e231
 #| eval: false
-if __name__ == '__main__': sys.exit(main())
+if __name__ == '__main__':
+    ap, a = parse()                   # usage errors and --help before torch is imported
+    from tokenspeed_lit.demo.cli import run
+    sys.exit(run(ap, a))

@@ -12,7 +12,7 @@ from .models.llama import Reference
 from .requests import SENTINEL, Request, DemoViolation
 
 # %% auto #0
-__all__ = ['FAULTS', 'Checks', 'Faults']
+__all__ = ['Checks', 'Faults']
 
 # %% ../../nbs/demo/33_checks.ipynb #164be9a5
 class Checks:
@@ -177,41 +177,6 @@ def output(self: Checks, r: Request):
         i = next(i for i, (a, b) in enumerate(zip(out, want)) if a != b)
         raise DemoViolation(f"step {self.e.step_no}: request {r.uid}'s output differs from generate's at position "
                             f"{P + i}: {out[i]}, generate {want[i]}")
-
-# %% ../../nbs/demo/33_checks.ipynb #99fd10f5
-FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the options that set those needs, the outcome
-    'stale-tail': dict(does="skips resetting a padded tail (the step's out_cache_loc past its tokens keeps a live slot)",
-                       needs='a step after the 5th with a live request and a padded token tail', outcome='caught'),
-    'stray-write': dict(does='writes a KV slot into a free page', needs='a step from the 8th on with rows to run',
-                        outcome='caught'),
-    'wrong-page': dict(does="points one page of a request's history at another page in the step's table",
-                       needs='a step after the 5th with a row that has a whole page cached', outcome='caught'),
-    'wrong-checkpoint': dict(does='resumes a request sharing a prefix from the checkpoint of the page before',
-                             needs='--model hybrid, and a prefix hit: a request admitted after another with the same '
-                                   'system prompt, while that one holds its checked checkpoint',
-                             options='--model hybrid', model='hybrid', outcome='caught'),
-    'rejected-draft': dict(does="leaves a rejected draft token's update in the state",
-                           needs='--model hybrid, --verify-width 2 (a draft token after the verified one), and a decode '
-                                 'row whose draft is rejected', options='--model hybrid, --verify-width 2', model='hybrid',
-                           outcome='caught'),
-    'padded-state-write': dict(does="stages a replayed decode graph's last row, when padded, onto the working state row "
-                                    "of the step's first request (inside the graph, before the forward)",
-                               needs='--model hybrid, and a decode step replayed with a padded row',
-                               options='--model hybrid', model='hybrid', outcome='caught'),
-    'l3-bad-page': dict(does='changes a value of a page the second instance loaded from L3',
-                        needs='the L3 scenario, and a request of the second instance that loads a page from L3 (one '
-                              'sharing a system prompt with a request of the first instance)',
-                        options='the L3 scenario', outcome='caught'),
-    'l3-wrong-checkpoint': dict(does="resumes a request the second instance loaded from L3 from the state row of the "
-                                     "page before its checkpoint's",
-                                needs='--model hybrid, the L3 scenario, and a request of the second instance that loads '
-                                      'two pages or more from L3 (a system prompt of two pages or more shared with a '
-                                      'request of the first instance)',
-                                options='--model hybrid, the L3 scenario', model='hybrid', outcome='caught'),
-    'l3-down': dict(does="kills the Mooncake master in the middle of the second instance's run",
-                    needs="the L3 scenario, and a second instance whose run reaches the step the master is killed at",
-                    options='the L3 scenario', outcome='survived'),
-}
 
 # %% ../../nbs/demo/33_checks.ipynb #4019de3d
 class Faults:

@@ -11,16 +11,16 @@ from ..l3.store import INSTALL_HINT, mooncake_available
 from ..l3.hosts import hosts_unavailable
 from .ranks import dist_init, dist_all_reduce, dist_close
 from .requests import DemoConfig, DemoViolation, MODELS, system_prompts, request_mix, engine_rng
-from .checks import FAULTS
+from .options import (FAULTS, HOSTS_CAP, L3_BUDGET, MAX_RANKS, MAX_REQUEST_BYTES, MAX_REQUESTS,
+                                         MODEL_NAMES, REQUEST_BUDGET, int_arg, parse)
 from .scheduler import serve, report, summary, threads_per_rank
 from .l3 import (host_page_bytes, l3_segment_bytes, run_l3, l3_report, l3_json, second_config,
-                                    run_l3_on_hosts, HOSTS_CAP)
+                                    run_l3_on_hosts)
 
 # %% auto #0
-__all__ = ['SUMMED', 'MAXED', 'REQUEST_BUDGET', 'L3_BUDGET', 'RANK_BYTES', 'L3_KEY_BYTES', 'MAX_RANKS', 'MAX_REQUESTS',
-           'machine_line', 'int_arg', 'request_bytes', 'l3_request_bytes', 'host_memory_available', 'size_error',
-           'report_path_error', 'fault_error', 'fault_verdict', 'l3_skip_reason', 'json_report', 'parser',
-           'check_options', 'main']
+__all__ = ['SUMMED', 'MAXED', 'RANK_BYTES', 'L3_KEY_BYTES', 'machine_line', 'request_bytes', 'l3_request_bytes',
+           'host_memory_available', 'size_error', 'report_path_error', 'fault_error', 'fault_verdict', 'l3_skip_reason',
+           'timings_note', 'json_report', 'check_options', 'run', 'main']
 
 # %% ../../nbs/demo/36_cli.ipynb #0aa4a344
 def machine_line(device=None) -> str:
@@ -53,25 +53,9 @@ def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str)
         with open(out_path, 'w') as f: json.dump(stats, f)
     dist_close()
 
-# %% ../../nbs/demo/36_cli.ipynb #7c03e158
-def int_arg(lo: int, hi: int | None = None):
-    "An argparse `type=`: an integer in `[lo, hi]`, or a usage error that says which."
-    def parse(s: str) -> int:
-        try: v = int(s)
-        except ValueError: raise argparse.ArgumentTypeError(f'{s!r} is not an integer') from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f'must be an integer in [{lo}, {hi}], got {v}' if hi is not None
-                                             else f'must be an integer >= {lo}, got {v}')
-        return v
-    parse.__name__ = 'integer'
-    return parse
-
 # %% ../../nbs/demo/36_cli.ipynb #0143cef0
-REQUEST_BUDGET = 2 << 30     # host bytes the requests of a run may hold, every rank's together
-L3_BUDGET = 4 << 30          # host bytes of the L3 scenario: its store segment and the bookkeeping of its keys
 RANK_BYTES = 512 << 20       # host bytes of one engine process: torch, transformers, the model (450 MB measured on a CPU)
 L3_KEY_BYTES = 1536          # host bytes per page put: its key and digest in both instances, and in the plan's JSON
-MAX_RANKS = 64
 
 def request_bytes(cfg: DemoConfig) -> int:
     "Host bytes a request holds for the whole run, at most: its tokens (40 bytes each: a list slot, an int), its prompt's two int32 arrays, 1.25 KiB (the `Request`, its share of the statistics)."
@@ -81,8 +65,6 @@ def l3_request_bytes(cfg: DemoConfig) -> int:
     "Host bytes of the L3 scenario per request of instance 1: its full prompt pages in the segment, and their keys."
     pages = cfg.max_prompt // cfg.page_size
     return pages * (3 * host_page_bytes(cfg) // 2 + L3_KEY_BYTES)
-
-MAX_REQUESTS = REQUEST_BUDGET // request_bytes(DemoConfig.for_device(gpu=True, verify_width=8))   # per rank
 
 # %% ../../nbs/demo/36_cli.ipynb #0171cdcf
 def host_memory_available() -> int | None:
@@ -215,6 +197,13 @@ def _run(cfg: DemoConfig, ranks: int, skip: str | None, on_hosts: bool = False) 
     return stats, dict(lines=f'L3 tier              skipped: {skip}', json=dict(skipped=skip))
 
 # %% ../../nbs/demo/36_cli.ipynb #b233293c
+def timings_note(device=None) -> str | None:
+    "What the run's timings are where they are not a GPU's compiled kernels' (the summary and the JSON report say it); None on a GPU."
+    dev = as_device(device)
+    if is_accel(dev) and not triton_interpreted(): return None
+    return (f"Triton interpreter figures (TRITON_INTERPRET=1, {'a GPU' if is_accel(dev) else 'CPU'}): "
+            'not representative of a GPU')
+
 def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int, elapsed_s: float,
                 failure: str | None = None, fault_fired: int | None = None) -> dict:
     "The run's report as a JSON-able dict (see above); `failure`: the violation that ended it, if one did; `fault_fired`: how often its fault was injected."
@@ -225,7 +214,7 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
     return dict(gpu=torch.cuda.get_device_name(dev) if is_accel(dev) else None, torch=torch.__version__,
                 triton=triton.__version__, transformers=version('transformers'), machine=machine_line(),
                 passed=failure is None, failure=failure, fault_fired=None if cfg.fault == 'none' else fault_fired,
-                elapsed_s=round(elapsed_s, 2),
+                elapsed_s=round(elapsed_s, 2), timings_note=timings_note(),
                 requests=s.get('finished'), steps=s.get('steps'), tokens_compared=s.get('logits_compared'),
                 **{k: s.get(k) for k in ('max_logit_diff', 'max_kv_diff', 'max_state_diff', 'prefix_hits',
                                          'tokens_saved', 'checkpoints_written', 'checkpoints_reused')},
@@ -244,47 +233,6 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                 tokens=s.get('tokens'), checks=s.get('checks'), kv_compared=s.get('kv_compared'),
                 states_compared=s.get('states_compared'), states_restored=s.get('states_restored'),
                 padded_steps=s.get('padded_steps'), l3=l3)
-
-# %% ../../nbs/demo/36_cli.ipynb #7884e8ba
-def parser() -> argparse.ArgumentParser:
-    "The demo's command line."
-    ap = argparse.ArgumentParser(prog='python -m tokenspeed_lit.demo',
-                                 description='tokenspeed_lit serving-loop demo: every rule checked every step')
-    ap.add_argument('--ranks', type=int_arg(1, MAX_RANKS), metavar='N',      # None: $RANKS, checked in check_options
-                    help=f'data-parallel ranks, one process each (NCCL with a GPU per rank, else gloo), 1 to {MAX_RANKS} '
-                         f'and as many as the host memory holds; default: $RANKS or 1')
-    ap.add_argument('--requests', type=int_arg(1, MAX_REQUESTS), metavar='N',
-                    help=f'requests per rank, 1 to {MAX_REQUESTS} (the requests may hold {REQUEST_BUDGET >> 30} GiB of host '
-                         f'memory, at most {request_bytes(DemoConfig.for_device(gpu=True, verify_width=8))} bytes each; fewer '
-                         f'with several ranks, and with the L3 scenario, whose store segment holds every prompt page: '
-                         f'{L3_BUDGET >> 30} GiB) (default: 64 under the Triton interpreter, 256 on a GPU)')
-    ap.add_argument('--model', default='llama', choices=sorted(MODELS),
-                    help="the model the engine runs: 'llama' (a transformers Llama) or 'hybrid' (a transformers Qwen3.5, "
-                         "Gated DeltaNet layers beside a full-attention layer, their states in the pool's state slabs; "
-                         "verify width at most 2; in the L3 scenario its pages carry their checkpoints' state rows) (default: llama)")
-    ap.add_argument('--seed', type=int_arg(0, 2**63 - 1), default=0, metavar='S',
-                    help='seed of the request mix, arrivals and faults, 0 to 2**63 - 1 (default: 0)')
-    ap.add_argument('--verify-width', type=int_arg(1, 8), metavar='L',
-                    help='speculative verify width: tokens each decode row feeds per step, 1 to 8 (default: 2)')
-    faults = lambda outcome: ', '.join(f"'{k}' " + (f"({f['options']}) " if 'options' in f else '') + f['does']
-                                       for k, f in FAULTS.items() if f['outcome'] == outcome)
-    ap.add_argument('--fault', default='none', choices=['none', *FAULTS],
-                    help=f"inject a fault the checks must catch: {faults('caught')}; or one serving must survive: "
-                         f"{faults('survived')}. Options under which it cannot fire are refused, and a run whose fault "
-                         f"never fired fails (default: none)")
-    ap.add_argument('--no-l3', action='store_true',
-                    help='one engine instance, without the L3 scenario (a second instance loading shared prefixes '
-                         'from Mooncake Store)')
-    ap.add_argument('--l3-hosts', action='store_true',
-                    help=f'run the L3 scenario across network hosts: the Mooncake master, the store process and each '
-                         f'instance in a Linux network namespace of its own, on one bridge with no route out, the store '
-                         f"host's link capped at {HOSTS_CAP} both ways, and instance 2 cut off from the store host for two "
-                         f'steps (needs root and iproute2; refused before anything starts where namespaces cannot be made)')
-    ap.add_argument('--report', metavar='PATH',
-                    help="also write the run's report as JSON to PATH (the machine, the input preparation's host "
-                         "time in the loop and repeated at once, part by part, the checks, L3); its directory must "
-                         "exist and be writable, checked before the run")
-    return ap
 
 # %% ../../nbs/demo/36_cli.ipynb #54baf290
 def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
@@ -308,16 +256,17 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     return cfg, skip
 
 # %% ../../nbs/demo/36_cli.ipynb #6767ed3e
-def main(argv=None) -> int:
-    "Entry point of `make demo` (`python -m tokenspeed_lit.demo`)."
-    ap = parser()
-    a = ap.parse_args(argv)
+def run(ap: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    "The demo on options `demo.options.parse` parsed (`ap`: their parser, for usage errors); its exit code."
     cfg, skip = check_options(ap, a)                      # usage errors (exit code 2) before anything is built
     os.environ.setdefault('HF_HUB_OFFLINE', '1')          # the models are built from configs: transformers fetches nothing
     print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
     print(f'model: {cfg.model_line()}')
     print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
           f'captured batch sizes {list(cfg.capture_sizes)}')
+    print('setup: the model is built here from its config, random weights, nothing downloaded' +
+          ('' if skip else f'; a Mooncake master and a store process start on this machine, the store segment '
+                           f'{l3_segment_bytes(cfg) / 2**20:.0f} MiB of host memory, stopped at the end'))
     if not skip:
         print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, another process) loads '
               f'the shared system prompts the first stored in Mooncake Store' +
@@ -343,7 +292,14 @@ def main(argv=None) -> int:
     if failure:
         if said: print(f'\n{said}')
         print(f'\n{failure}'); return 1
-    print(report(stats)); print(l3['lines'])
+    print(report(stats))
+    if note := timings_note(): print(f'timings              {note}')
+    print(l3['lines'])
     if said: print(said)
     print(f'all checks passed in {time.time() - t0:.1f}s')
     return 0
+
+def main(argv=None) -> int:
+    "Entry point of the demo's command line: parse `argv` (`demo.options.parse`), then `run`."
+    return run(*parse(argv))
+

@@ -16,11 +16,12 @@ from ..l3.tier import L3Tier
 from ..l3.servers import LocalMooncake
 from ..l3.store import MooncakeStore, MISS, mooncake_available
 from ..l3.hosts import Hosts, MooncakeOnHosts, drop_between, undrop_between
+from .options import HOSTS_CAP
 from .requests import DemoConfig, Request, DemoViolation, system_prompts, MODELS
 from .scheduler import serve, summary, threads_per_rank
 
 # %% auto #0
-__all__ = ['L3_COUNTS', 'MARK', 'HOSTS_CAP', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
+__all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
            'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'instance_process', 'instance_main',
            'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines', 'l3_json']
 
@@ -229,8 +230,6 @@ def l3_segment_bytes(cfg: DemoConfig) -> int:
     return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) // 2)
 
 # %% ../../nbs/demo/35_l3.ipynb #90592c2a
-HOSTS_CAP = '1gbit'          # --l3-hosts: the cap on the store host's link, both ways
-
 def second_config(cfg: DemoConfig) -> DemoConfig:
     "Instance 2's configuration: `cfg`'s, with `l3_requests` requests of its own (at most `requests`)."
     return dataclasses.replace(cfg, requests=min(cfg.l3_requests, cfg.requests), instance=2)
