@@ -1,14 +1,15 @@
-"""Issue 48: two gloo ranks built a transformers model after `dist_init`, which imported
+"""Two gloo ranks built a transformers model after `dist_init`, which imported
 `torch.distributed.nn.functional` while the group existed; ten of its functions took the group as a default argument,
 so `dist_close` did not end it, and its threads were torn down with the interpreter: now and then a gloo worker, still
 releasing the last all-reduce's tensors, needed the GIL of a finalizing interpreter and the rank aborted with
 "terminate called without an active exception". Each rank here does what a demo rank does (build both models, then
 all-reduce) and reports its threads of torch.distributed before and after `dist_close`: after, there must be none, and
-every run must exit cleanly."""
+every run must exit cleanly. Each rank writes its report to a file of its own: two processes printing to one pipe
+can interleave their lines."""
 import json, os, subprocess, sys
 import pytest
 
-# Both ranks run this script (torch.multiprocessing spawn, as the demo does); each prints one JSON line.
+# Both ranks run this script (torch.multiprocessing spawn, as the demo does); each writes OUT/rank{rank}.json.
 RANKS_SCRIPT = '''
 import json, os, socket, sys
 import torch, torch.multiprocessing as mp
@@ -19,7 +20,7 @@ def dist_threads():
     names = [open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')]
     return sorted(n for n in names if n.startswith(('pt_gloo', 'gloo_', 'pt_tcpstore')))
 
-def rank_main(rank, world, port):
+def rank_main(rank, world, port, out):
     torch.set_num_threads(1)
     dist_init(rank, world, port)
     from tokenspeed_lit.demo.models.llama import tiny_llama
@@ -28,12 +29,13 @@ def rank_main(rank, world, port):
     for i in range(20): total = dist_all_reduce([rank + 1, i], 'sum')
     before = dist_threads()
     dist_close()
-    print(json.dumps(dict(rank=rank, total=total, before=before, after=dist_threads())), flush=True)
+    with open(os.path.join(out, f'rank{rank}.json'), 'w') as f:
+        json.dump(dict(rank=rank, total=total, before=before, after=dist_threads()), f)
 
 if __name__ == '__main__':
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
-    mp.start_processes(rank_main, args=(2, port), nprocs=2, start_method='spawn')
+    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method='spawn')
 '''
 
 
@@ -43,9 +45,10 @@ def test_two_ranks_end_their_group_in_dist_close(tmp_path):
     script.write_text(RANKS_SCRIPT)
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'HF_HUB_OFFLINE': '1', 'CUDA_VISIBLE_DEVICES': ''}   # gloo
     for run in range(2):
-        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+        out = tmp_path / f'run{run}'; out.mkdir()
+        r = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 0 and 'terminate called' not in r.stderr, (run, r.stdout, r.stderr)
-        lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith('{')]
+        lines = [json.loads(p.read_text()) for p in sorted(out.glob('rank*.json'))]
         assert sorted(l['rank'] for l in lines) == [0, 1], r.stdout + r.stderr
         for l in lines:
             assert l['total'] == [3, 38]
