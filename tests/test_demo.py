@@ -69,6 +69,15 @@ def test_demo_passes_every_check(ranks):
     assert sum('(instance 2)' in l for l in bars) <= 10, r.stderr
 
 
+def test_hybrid_ranks_check_their_dummy_steps():
+    """Two data-parallel hybrid ranks: a rank whose requests are done replays the agreed decode graph on dummy inputs,
+    and that step's state check compares against the slabs before it (only the padding row may change), not before the
+    rank's last real step, whose working rows changed then."""
+    r = demo('--ranks', '2', '--model', 'hybrid', '--requests', str(HYBRID_N))
+    assert r.returncode == 0 and 'all checks passed' in r.stdout, r.stdout + r.stderr
+    assert int(re.search(r'(\d+) dummy decodes', line(r, 'steps ')).group(1)) > 0, line(r, 'steps ')
+
+
 @mooncake_missing
 def test_demo_l3_scenario_by_default():
     "The default run's second instance loads the shared system prompts' pages from L3 instead of prefilling them."

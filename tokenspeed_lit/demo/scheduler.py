@@ -241,6 +241,7 @@ def run_step(self: Scheduler, rows, padded_bs: int | None):
     if not rows:      # data-parallel: this rank has nothing to run but must replay the agreed graph
         self.bufs.fill_dummy_decode_buffers(padded_bs, padded_bs * L, captured=self.model.capturable)   # the graph's
         pg.batch_table.zero_()                             # every padded row reads the dummy page
+        self.model.before_step(0, padded_bs)               # its state writes checked too: the padding row only
         self.decode_graph(padded_bs).replay()
         synchronize(self.device)
         ck.kv()
