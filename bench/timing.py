@@ -18,7 +18,7 @@ from tokenspeed_lit.core.graphs import capture
 
 # %% auto #0
 __all__ = ['FONTS', 'env_info', 'env_line', 'device_time_us', 'host_issue_many', 'host_issue_us', 'count_device_ops', 'Table',
-           'plot_lines', 'use_fonts']
+           'profile_table', 'plot_lines', 'use_fonts']
 
 # %% 00_timing.ipynb #8fa96e6d
 def env_info(device=None) -> dict:
@@ -166,6 +166,27 @@ def save(self: Table, path):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(dict(title=self.title, env=self.env, rows=self.rows), indent=1))
     return path
+
+# %% 00_timing.ipynb #0dbb9968
+def _where(path: str, line: int) -> str:
+    "Where a profiled function is: its module and line (the package's or an installed one's), a notebook's cell, or built-in."
+    if path == '~': return 'built-in'
+    if path.startswith('<ipython-input'): return 'a cell of this notebook'
+    if path.startswith('<'): return path
+    for mark in ('/site-packages/', '/tokenspeed_lit/'):
+        if mark in path:
+            rel = path[path.rindex(mark) + (1 if mark == '/tokenspeed_lit/' else len(mark)):]
+            return f"{rel.removesuffix('.py').replace('/', '.')}:{line}"
+    return f'{Path(path).stem}:{line}'
+
+def profile_table(prof, top: int, title: str, env: dict | None = None) -> Table:
+    "The `top` functions of `prof` (a `cProfile.Profile`) by the time spent in them, in ms; the title gets the totals."
+    import pstats
+    st = pstats.Stats(prof)
+    rows = [dict(function=pstats.func_std_string(k) if k[0] == '~' else k[2], where=_where(k[0], k[1]), calls=v[1],
+                 own_ms=round(1e3 * v[2]), cumulative_ms=round(1e3 * v[3]))
+            for k, v in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]]
+    return Table(rows, title=f'{title} ({st.total_calls} function calls, {round(1e3 * st.total_tt)} ms in all)', env=env)
 
 # %% 00_timing.ipynb #61d72680
 def plot_lines(ax, rows, x: str, y: str, by: str | None = None, label: str | None = None, goal: float | None = None,

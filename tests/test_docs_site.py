@@ -5,6 +5,11 @@ root), builds the site with tools/build_docs.py (incremental: an up-to-date site
 localhost. The browser may reach nothing but that server: any other request fails the page that made it, so a
 page that needs a CDN (MathJax, require.js, web fonts) fails here exactly as it would for a reader offline.
 
+Every page is held to the site's rules: its outputs show results as tables or plots (no warning, no traceback, no raw
+dump of a dict, JSON or a profiler's listing: `DUMP_CHARS`), no absolute path of the machine that built it
+(`BUILD_PATH`), the sidebar in its groups (`SIDEBAR`), no section that repeats the page's title; a benchmark page ends
+on what its output shows, not on a code cell with none. A failure names the page and shows the offending text.
+
 Screenshots of the home page and of one module page go to test-artifacts/docs/ (git-ignored)."""
 import html.parser, importlib, json, os, re, shutil, subprocess, sys, threading, urllib.error, urllib.request
 from functools import partial
@@ -28,6 +33,16 @@ PAGES = build_docs.notebooks()       # (notebook, docname): every notebook in nb
 # What a saved output must not show a reader: a warning (Python's `...Warning`, matplotlib's `findfont:` lines) or a
 # traceback. Outputs hold results; a warning's cause is fixed where it arises.
 NOT_RESULTS = re.compile(r'Traceback \(most recent call last\)|\b[A-Z]\w*Warning\b|\bWarning:|\bfindfont:')
+# Results are shown as tables or plots: a cell output whose text, its tables, images and API entries left out, runs
+# past this many characters is a raw dump (a dict, JSON, a profiler's listing) that a reader cannot take in.
+DUMP_CHARS = 2000
+# The text of what a cell output shows, less its tables, images and API entries (`show_doc`'s `dl.py`), per output.
+OUTPUT_TEXT_JS = """els => els.map(o => { const c = o.cloneNode(true);
+    c.querySelectorAll('table, img, svg, dl.py').forEach(e => e.remove());
+    return c.textContent.trim(); })"""
+# An absolute path of the machine that ran a notebook or built the site (a profiler's file names, a printed path): it
+# tells a reader nothing and leaks the build's layout. A path inside a URL or a relative one (`bench/results/`) is not.
+BUILD_PATH = re.compile(r'(?<![\w.~/:-])/(?:work|tmp|home|root|opt|Users)/[^\s\'"),;]*')
 MODULE_PAGE = next((d for nb, d in PAGES if build_docs.default_exp(nb)), None)
 
 def _modidx(): return build_docs._modidx()['syms']
@@ -167,6 +182,38 @@ def test_what_counts_as_a_warning():
     for shown in ('warnings 0, errors 0', 'a warning is a result here', 'fenced load 1.2 ms'):
         assert not NOT_RESULTS.search(shown), shown
 
+def raw_dumps(texts) -> list[str]:
+    "The start of each output text (`OUTPUT_TEXT_JS`) longer than `DUMP_CHARS`, with its length."
+    return [f'{len(t)} characters: {t[:200]!r}' for t in texts if len(t) > DUMP_CHARS]
+
+def build_paths(text: str) -> list[str]:
+    "Each absolute build-machine path in `text`, with a little of the text around it."
+    return [repr(text[max(0, m.start() - 60):m.end() + 20]) for m in BUILD_PATH.finditer(text)]
+
+def test_what_counts_as_a_build_path():
+    for shown in ('    280  0.096 /work/main/tokenspeed_lit/core.py:272(__call__)', 'see /tmp/x.json',
+                  '/opt/torch/.venv/lib/python3.12/site-packages/numpy/lib/x.py:1413(diff)', "open('/home/u/a')",
+                  '(/root/.cache)', '/Users/me/repo'):
+        assert build_paths(shown), shown
+    for shown in ('bench/results/l3.json', 'https://example.com/home/x', 'nbs/tiers/21_host_transport.ipynb',
+                  'a/work/b', '~/work/x', 'file:///work/x', 'tokenspeed_lit/core/device.py:12(f)'):
+        assert not build_paths(shown), shown
+
+def test_what_counts_as_a_dump(page):
+    "In a page like Sphinx's: a long text output is a dump; as long a table, a plot or an API entry is not."
+    rows = ''.join(f'<tr><td>row {i}</td><td>{i * 1.5}</td></tr>' for i in range(300))
+    long = 'x' * (DUMP_CHARS + 1)
+    page.page.set_content(f'''<article>
+      <div class="cell_output"><div class="output stream"><pre>{{'a': 1, 'b': '{long}'}}</pre></div></div>
+      <div class="cell_output"><p>{long}</p></div>
+      <div class="cell_output"><p><strong>title</strong></p><div class="table-wrapper"><table>{rows}</table></div></div>
+      <div class="cell_output"><img src="data:," alt="{long}"></div>
+      <div class="cell_output"><dl class="py class"><dd>{long}</dd></dl></div>
+      <div class="cell_output"><pre>{'y' * DUMP_CHARS}</pre></div></article>''')
+    texts = page.page.eval_on_selector_all('article .cell_output', OUTPUT_TEXT_JS)
+    assert [len(t) > DUMP_CHARS for t in texts] == [True, True, False, False, False, False]
+    assert len(raw_dumps(texts)) == 2 and "{'a': 1" in raw_dumps(texts)[0]
+
 def test_no_asset_from_the_network(site):
     "Static check of what the browser test cannot see on one visit: no script, style, font or image from http(s)."
     pat = re.compile(r'''<(?:script|img|iframe|source|embed)\b[^>]*\bsrc=["']?(?:https?:)?//'''
@@ -201,6 +248,24 @@ def test_page(nb, doc, page, base_url):
     shown = p.eval_on_selector_all('article .cell_output', 'els => els.map(e => e.innerText)')
     bad = [line.strip()[:160] for text in shown for line in text.splitlines() if NOT_RESULTS.search(line)]
     assert not bad, f'{doc}.html shows warnings or tracebacks in its outputs:\n' + '\n'.join(bad)
+    # results as tables or plots, not raw dumps; no path of the machine that built it
+    bad = raw_dumps(p.eval_on_selector_all('article .cell_output', OUTPUT_TEXT_JS))
+    assert not bad, f'{doc}.html shows a raw dump (an output over {DUMP_CHARS} characters that is no table or image):\n' + '\n'.join(bad)
+    bad = build_paths(p.inner_text('body'))
+    assert not bad, f'{doc}.html shows absolute paths of a build machine:\n' + '\n'.join(bad)
+    # the sidebar in its groups, on every page
+    check_sidebar_groups(p, doc, base_url)
+    # no section repeats the page's title (on a benchmark page, not even a part of it)
+    h1 = _heading(p.locator('article h1').first.text_content())
+    for h2 in map(_heading, p.eval_on_selector_all('article h2', 'els => els.map(e => e.textContent)')):
+        assert h2.lower() != h1.lower(), f'{doc}.html: the section {h2!r} repeats the page title'
+        assert not (doc.startswith('bench_') and h2.lower() in h1.lower()), \
+            f'{doc}.html: the section {h2!r} repeats part of the page title {h1!r}'
+    # a benchmark page does not end on a code cell that shows nothing: it ends by saying what its output is
+    if doc.startswith('bench_'):
+        last = p.evaluate(LAST_BLOCK_JS)
+        assert not (last['cell'] and not last['output']), \
+            f'{doc}.html ends on a code cell with no output: {last["text"][:200]!r}'
     # images (saved plots) decoded
     broken_imgs = p.eval_on_selector_all('article img', 'els => els.filter(e => !e.complete || e.naturalWidth == 0)'
                                          '.map(e => e.src)')
@@ -214,6 +279,25 @@ def test_page(nb, doc, page, base_url):
         p.screenshot(path=str(ARTIFACTS / f'{"home" if doc == "index" else "module-" + doc}.png'), full_page=True)
 
 SIDEBAR = ['Library', 'Tiers', 'L3', 'Models and demo', 'Benchmarks', 'Performance']
+
+def _heading(text): return re.sub(r'\s+', ' ', text.replace('\u00b6', '').replace('#', '')).strip()
+
+# The last block of a page's article (in its innermost last section): is it a code cell, and does it show output?
+LAST_BLOCK_JS = """() => { let el = document.querySelector('article section');
+    while (el.lastElementChild && el.lastElementChild.tagName == 'SECTION') el = el.lastElementChild;
+    const last = el.lastElementChild;
+    return {cell: last.matches('div.cell'), output: !!last.querySelector('.cell_output'), text: last.textContent.trim()}; }"""
+
+def check_sidebar_groups(p, doc, base_url):
+    "The sidebar of the open page shows the groups' captions in order, each over exactly its pages."
+    shown = p.eval_on_selector_all('.sidebar-tree p.caption', """els => els.map(e => {
+        let ul = e.nextElementSibling;
+        return [e.textContent.trim(), ul ? [...ul.querySelectorAll(':scope > li > a.reference')].map(a => a.href) : []];
+    })""")
+    assert [c for c, _ in shown] == SIDEBAR, f'{doc}.html: sidebar captions {[c for c, _ in shown]}, not the groups {SIDEBAR}'
+    for (caption, hrefs), (_, docs) in zip(shown, build_docs.sidebar(PAGES)):
+        hrefs = [urldefrag(h)[0] for h in hrefs]      # the current page's own entry links to '#'
+        assert hrefs == [f'{base_url}{d}.html' for d in docs], f'{doc}.html: the {caption} group lists {hrefs}'
 
 def test_the_sidebar_groups_every_page():
     "Each page is in one group of the sidebar, the groups in the order a reader takes them; its folder decides its group."
@@ -230,14 +314,7 @@ def test_the_sidebar_groups_every_page():
 def test_the_sidebar_shows_the_groups(doc, page, base_url):
     "On the home page and on pages in folders, the sidebar shows the groups' captions in order, each over its pages."
     p = page.goto(f'{base_url}{doc}.html')
-    shown = p.eval_on_selector_all('.sidebar-tree p.caption', """els => els.map(e => {
-        let ul = e.nextElementSibling;
-        return [e.textContent.trim(), ul ? [...ul.querySelectorAll(':scope > li > a.reference')].map(a => a.href) : []];
-    })""")
-    assert [c for c, _ in shown] == SIDEBAR, f'{doc}.html: sidebar captions {[c for c, _ in shown]}'
-    for (caption, hrefs), (_, docs) in zip(shown, build_docs.sidebar(PAGES)):
-        hrefs = [urldefrag(h)[0] for h in hrefs]      # the current page's own entry links to '#'
-        assert hrefs == [f'{base_url}{d}.html' for d in docs], f'{doc}.html: the {caption} group lists {hrefs}'
+    check_sidebar_groups(p, doc, base_url)
     page.check_clean(f'{doc}.html')
 
 def test_api_names_link_to_their_entries(page, base_url):

@@ -23,15 +23,17 @@ STEM = re.compile(r'(?<![\w./$-])(\d\d_[a-z][a-z0-9_]*)(?:\.ipynb)?\b')
 PLACEHOLDER = re.compile(r'NN_|/NAME|<')
 
 
+MD_ESCAPE = re.compile(r'\\([\\`*_\[\]|<>])')    # a Markdown output's escapes (a table's `tests/test\_x.py`)
+
 def _notebook_text(path: Path) -> str:
-    "A notebook's cell sources and saved outputs (streams, text, Markdown, HTML, tracebacks), as one text."
+    "A notebook's cell sources and saved outputs (streams, text, Markdown as it reads, HTML, tracebacks), as one text."
     out = []
     for c in json.loads(path.read_text())['cells']:
         out.append(''.join(c['source']))
         for o in c.get('outputs', []):
             out.append(''.join(o.get('text', '')) + ''.join(o.get('traceback', [])))
-            for v in o.get('data', {}).values():
-                if isinstance(v, (str, list)): out.append(''.join(v))
+            for k, v in o.get('data', {}).items():
+                if isinstance(v, (str, list)): out.append(MD_ESCAPE.sub(r'\1', ''.join(v)) if k == 'text/markdown' else ''.join(v))
     return '\n'.join(out)
 
 
@@ -70,6 +72,13 @@ def test_the_extraction():
     assert not exists('99_nowhere.ipynb') and not exists('nbs/99_nowhere.ipynb')
     assert not exists('nbs/15_fused_decode.ipynb') and not exists('tokenspeed_lit/l3_store.py')   # the flat layout's
 
+
+def test_a_markdown_output_names_paths_as_it_reads(tmp_path):
+    "A table output escapes Markdown's characters: `bench/01\\_baselines.ipynb` names bench/01_baselines.ipynb."
+    nb = tmp_path / 'x.ipynb'
+    nb.write_text(json.dumps({'cells': [{'cell_type': 'code', 'source': [], 'outputs': [{'output_type': 'execute_result',
+        'data': {'text/markdown': ['| bench/01\\_baselines.ipynb | tests/test\\_docs\\_site.py |']}}]}]}))
+    assert named_paths(_notebook_text(nb)) == {'bench/01_baselines.ipynb', 'tests/test_docs_site.py'}
 
 @pytest.mark.parametrize('path', texts(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_path_named_exists(path):
