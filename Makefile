@@ -24,6 +24,7 @@ help:
 	@echo "make test     - export/clean checks, every notebook as a test, pytest tests/ (CPU ok)"
 	@echo "make demo     - the serving-loop demo on a transformers Llama, checked against transformers every step"
 	@echo "make demo RANKS=2 DEMO_ARGS=\"--model hybrid\" - the demo's options go in DEMO_ARGS (RANKS=N: data-parallel ranks); DEMO_ARGS=--help lists them"
+	@echo "make demo DEMO_ARGS=\"--tp 2\" - tensor-parallel: each data-parallel rank is 2 processes over gloo (NCCL on GPUs), each holding half the Llama's heads (RANKS x 2 processes)"
 	@echo "make install  - only the one-time setup every target does first: $(VENV) with requirements-dev.txt (about 2.8 GB)"
 	@echo "make test-gpu - GPU: every notebook and every pytest test but the docs site's, in parallel (NOVENV=1: no venv)"
 	@echo "make sanitize - GPU: the kernel tests under compute-sanitizer memcheck"

@@ -82,6 +82,13 @@ def test_demo_catches_injected_faults(fault, ranks, words, tmp_path):
     (['--fault', 'l3-down', '--ranks', '2'], '--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'),
     (['--l3-hosts', '--ranks', '2'], 'argument --l3-hosts: it runs the L3 scenario, which this run skips: --ranks 2'),
     (['--model', 'mamba'], "argument --model: invalid choice: 'mamba'"),
+    (['--tp', '0'], 'argument --tp: must be an integer in [1, 2], got 0'),
+    (['--tp', '4'], 'argument --tp: must be an integer in [1, 2], got 4'),
+    (['--tp', 'two'], "argument --tp: 'two' is not an integer"),
+    (['--tp', '2', '--model', 'hybrid'], 'argument --tp: --model hybrid runs with --tp 1, got --tp 2 (tensor parallel is '
+                                         'built for the Llama only'),
+    (['--fault', 'wrong-shard', '--no-l3'], '--fault wrong-shard needs --tp 2, got --tp 1'),
+    (['--fault', 'wrong-shard', '--ranks', '2'], '--fault wrong-shard needs --tp 2, got --tp 1'),
     (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
     (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
     (['--fault', 'rejected-draft', '--no-l3'], '--fault rejected-draft needs --model hybrid'),
@@ -103,7 +110,8 @@ def test_help_describes_every_option():
     for action in ap._actions:
         assert action.help, action.option_strings
     text = ap.format_help()
-    for opt in ('--ranks', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--l3-hosts', '--report', '--model'):
+    for opt in ('--ranks', '--tp', '--requests', '--seed', '--verify-width', '--fault', '--no-l3', '--l3-hosts', '--report',
+                '--model'):
         assert opt in text
 
 
@@ -271,8 +279,9 @@ def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
     for fault, f in FAULTS.items():
         assert f['needs'] and f['outcome'] in ('caught', 'survived') and f"'{fault}' " in helptext
         cfg, skip = cli.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
-                                                          '--requests', str(HYBRID_N)]))
-        assert cfg.fault == fault and skip is None
+                                                          '--tp', str(f.get('tp', 1)), '--requests', str(HYBRID_N)]))
+        assert cfg.fault == fault and cfg.tp == f.get('tp', 1)
+        assert skip == (None if cfg.tp == 1 else cli.l3_skip_reason(tp=cfg.tp))      # --tp 2 runs without L3 for now
     assert 'a run whose fault never fired fails' in helptext
 
 
@@ -393,6 +402,7 @@ def test_make_help_names_demo_args_and_ranks():
     assert r.returncode == 0, r.stderr
     demo_lines = [l for l in r.stdout.splitlines() if l.startswith('make demo')]
     assert any('DEMO_ARGS="--model hybrid"' in l and 'RANKS=' in l for l in demo_lines), r.stdout
+    assert any('DEMO_ARGS="--tp 2"' in l and 'tensor-parallel' in l for l in demo_lines), r.stdout
     assert all(l.startswith('make ') for l in r.stdout.splitlines())                   # one line a target
 
 
@@ -422,3 +432,51 @@ def test_the_summary_and_report_label_interpreter_timings(monkeypatch, capsys, t
         assert 'timings              Triton interpreter figures (TRITON_INTERPRET=1, ' in out, out
         assert rep['timings_note'].endswith('not representative of a GPU') and rep['timings_note'] in out
     else: assert rep['timings_note'] is None and 'interpreter figures' not in out
+
+
+# Tensor parallel (issue 52): `make demo DEMO_ARGS="--tp 2"` on the CPU, processes over gloo.
+TP_SKIP = "skipped: --tp 2 (the L3 scenario runs with one tensor-parallel rank: each rank's shard under its own keys is not built yet)"
+
+
+def test_tensor_parallel_passes_every_check_step_for_step(tmp_path):
+    """`--tp 2`: two processes, each with half the Llama's query heads, KV heads and MLP rows and a pool of its one KV
+    head, all-reducing o_proj's and down_proj's partial sums. Every check passes on each (logits against transformers'
+    unsharded forward, K and V against the reference's heads of that rank, outputs against generate's), and the run
+    is the one-process run step for step: the same steps, tokens, requests, logits and KV positions compared."""
+    one, two = tmp_path / 'tp1.json', tmp_path / 'tp2.json'
+    r1 = demo('--requests', '12', '--no-l3', '--report', str(one))
+    r = demo('--tp', '2', '--requests', '12', '--report', str(two))
+    assert r1.returncode == 0 and r.returncode == 0, r1.stdout + r.stdout + r.stderr
+    assert line(r, 'ranks ') == ('ranks                1 data-parallel x 2 tensor-parallel (2 processes; every check '
+                                 'on every tensor-parallel rank, of its own shard)')
+    assert line(r, 'model: ').endswith('tensor parallel over 2 ranks (each holds 1/2 of the heads, KV heads and MLP rows)')
+    assert line(r, 'L3 tier').endswith(TP_SKIP)
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert (a['config']['tp'], b['config']['tp'], b['passed']) == (1, 2, True)
+    for k in ('requests', 'steps', 'tokens', 'tokens_compared', 'kv_compared', 'checks', 'graph_replays'):
+        assert a[k] == b[k] > 0, (k, a[k], b[k])
+    tol = 1e-4
+    assert b['max_logit_diff'] <= tol and b['max_kv_diff'] <= tol, b
+    assert "each output equal to generate's" in line(r, 'requests finished')
+
+
+def test_tensor_parallel_with_data_parallel_ranks():
+    "`--ranks 2 --tp 2`: four processes, two data-parallel ranks of two tensor-parallel shards each; every request of both ranks finished and checked once."
+    r = demo('--ranks', '2', '--tp', '2', '--requests', '5')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert line(r, 'ranks ').startswith('ranks                2 data-parallel x 2 tensor-parallel (4 processes;')
+    assert line(r, 'requests finished').startswith("requests finished    10, each output equal to generate's")
+    assert line(r, 'L3 tier').endswith('skipped: --ranks 2 (the L3 scenario runs with one rank)')
+    logits = line(r, 'logits compared').split()
+    assert int(logits[2]) > 0 and float(logits[logits.index('|difference|') + 1]) <= 1e-4
+
+
+def test_a_rank_with_another_ranks_shard_is_caught(tmp_path):
+    "`--fault wrong-shard`: tensor-parallel rank 1 computes with rank 0's heads and MLP rows; the first step's check fails, naming the step, the tensor-parallel rank, the request and position, and the run exits 1."
+    r = demo('--tp', '2', '--requests', '4', '--fault', 'wrong-shard', '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert 'step 1 (tensor-parallel rank ' in v and ' of 2): ' in v, v
+    assert ("differ from transformers'" in v or "differs from transformers'" in v) and 'of request' in v, v
+    rep = json.loads((tmp_path / 'r.json').read_text())
+    assert not rep['passed'] and rep['config']['tp'] == 2 and rep['config']['fault'] == 'wrong-shard'

@@ -54,3 +54,49 @@ def test_two_ranks_end_their_group_in_dist_close(tmp_path):
             assert l['total'] == [3, 38]
             assert 'pt_gloo_runloop' in l['before'] and 'gloo_tcp_loop' in l['before'], l
             assert l['after'] == [], l                  # joined in dist_close, none left for the interpreter's exit
+
+
+# Two tensor-parallel ranks of one data-parallel rank (issue 52): each schedules steps 1 to 3; at step 3 rank 1's row
+# has another cached length. Each rank writes what `check_schedules_agree` said at each step.
+TP_SCRIPT = '''
+import json, os, socket, sys
+import torch, torch.multiprocessing as mp
+from types import SimpleNamespace
+from tokenspeed_lit.demo.ranks import dist_init, dist_groups, dist_close
+from tokenspeed_lit.demo.requests import DemoViolation
+from tokenspeed_lit.demo.scheduler import check_schedules_agree
+
+def rank_main(rank, world, port, out):
+    torch.set_num_threads(1)
+    dist_init(rank, world, port)
+    dp, tp = dist_groups(1, 2)
+    said = []
+    for step in (1, 2, 3):
+        r = SimpleNamespace(uid=5, cache_len=8 + (rank == 1 and step == 3), pages=[2, 3])
+        try: check_schedules_agree(step, [(r, 2, False)], tp); said.append('agree')
+        except DemoViolation as e: said.append(str(e))
+    with open(os.path.join(out, f'rank{rank}.json'), 'w') as f:
+        json.dump(dict(rank=rank, dp=dp, tp=[tp.rank, tp.size], said=said), f)
+    del tp
+    dist_close()
+
+if __name__ == '__main__':
+    with socket.socket() as sk:
+        sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
+    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method='spawn')
+'''
+
+
+def test_tensor_parallel_ranks_that_schedule_apart_are_caught(tmp_path):
+    "Two tensor-parallel ranks (gloo) agree on steps 1 and 2; at step 3 one schedules another cached length, and both fail, naming the step and their rank."
+    script = tmp_path / 'tp_ranks.py'
+    script.write_text(TP_SCRIPT)
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'HF_HUB_OFFLINE': '1', 'CUDA_VISIBLE_DEVICES': ''}   # gloo
+    r = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and 'terminate called' not in r.stderr, (r.stdout, r.stderr)
+    lines = sorted((json.loads(p.read_text()) for p in tmp_path.glob('rank*.json')), key=lambda l: l['rank'])
+    assert [(l['dp'], l['tp']) for l in lines] == [(0, [0, 2]), (0, [1, 2])], lines
+    for l in lines:
+        assert l['said'][:2] == ['agree', 'agree'], l
+        assert l['said'][2].startswith(f"step 3: tensor-parallel rank {l['tp'][0]} of 2 scheduled other rows than another "
+                                       f"rank of its group"), l

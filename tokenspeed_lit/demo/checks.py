@@ -46,7 +46,7 @@ class Checks:
         e.stats['max_logit_diff'] = max(e.stats['max_logit_diff'], worst)
         if not worst <= tol:                                   # NaN fails too (NaN > tol is False)
             i = int((~(diff <= tol)).nonzero()[0, 0]); r, q = who[i]
-            raise DemoViolation(f"step {e.step_no}: logits of request {r.uid} at position {q} (slot "
+            raise DemoViolation(f"{e.at}: logits of request {r.uid} at position {q} (slot "
                                 f"{e.pages.slot(r, q)}) differ from transformers' by {diff[i].item():.3g} (tolerance {tol:g})")
         e.stats['logits_compared'] += len(idx); e.stats['checks'] += 1
         greedy, out = got.argmax(-1).tolist(), []
@@ -60,7 +60,7 @@ class Checks:
             self.e.stats['near_ties'] += 1
             return want
         if greedy != want:
-            raise DemoViolation(f"step {self.e.step_no}: the greedy token of request {r.uid} after position {q} (slot "
+            raise DemoViolation(f"{self.e.at}: the greedy token of request {r.uid} after position {q} (slot "
                                 f"{self.e.pages.slot(r, q)}) is {greedy}, transformers' is {want} (top-2 gap {r.ref.gap[q]:.3g})")
         return greedy
 
@@ -96,13 +96,13 @@ def staging(self: Checks, rows, expect, padded_bs: int, padded_tokens: int):
                    f'request {rows[i][0].uid}' if not per_token and i < bs else 'padding')
             slot = b.out_cache_loc_buf[i].item() if per_token else None
             victim = self.owner_of_slot(slot) if slot is not None and slot != dummy else ''
-            raise DemoViolation(f'step {e.step_no}: {name}[{i}] = {got[i]}, expected {values[i]} ({who}, '
+            raise DemoViolation(f'{e.at}: {name}[{i}] = {got[i]}, expected {values[i]} ({who}, '
                                 f'slot {slot}{victim}; step padded to {padded_bs} rows / {padded_tokens} tokens)')
     n_pre = bs - len(expect['single'])
     single = b.force_single_token_verify_buf[n_pre:bs].cpu().tolist()
     if single != expect['single']:
         i = next(i for i, (g, w) in enumerate(zip(single, expect['single'])) if g != w)
-        raise DemoViolation(f'step {e.step_no}: force_single_token_verify of request {rows[n_pre + i][0].uid} '
+        raise DemoViolation(f'{e.at}: force_single_token_verify of request {rows[n_pre + i][0].uid} '
                             f'is {single[i]}, expected {expect["single"][i]}')
     e.stats['checks'] += 1
 
@@ -126,7 +126,7 @@ def kv(self: Checks):
         e.stats['max_kv_diff'] = max(e.stats['max_kv_diff'], worst)
         if not worst <= tol:                                   # NaN fails too
             which, i = divmod(int((~(diff <= tol)).flatten().nonzero()[0, 0]), len(slots))
-            raise DemoViolation(f"step {e.step_no}: layer {layers[which % nl]} {'KV'[which // nl]} of request {owners[i].uid} "
+            raise DemoViolation(f"{e.at}: layer {layers[which % nl]} {'KV'[which // nl]} of request {owners[i].uid} "
                                 f"at position {poss[i]} (slot {slots[i]}) differs from transformers' by "
                                 f"{diff[which, i].item():.3g} (tolerance {tol:g})")
         e.stats['kv_compared'] += len(slots)
@@ -142,10 +142,10 @@ def kv(self: Checks):
             stray = (t.index_select(0, rows) != SENTINEL).flatten(1).any(1)
             if bool(stray.any()):
                 slot = int(rows[stray.nonzero()[0, 0]])
-                raise DemoViolation(f'step {e.step_no}: slot {slot} (page {slot // ps}, owned by no request) '
+                raise DemoViolation(f'{e.at}: slot {slot} (page {slot // ps}, owned by no request) '
                                     f'was written')
     if (why := e.model.check_states(e.live, tol, e.stats)):    # a model with states: its rows (hybrid.HybridModel)
-        raise DemoViolation(f'step {e.step_no}: {why}')
+        raise DemoViolation(f'{e.at}: {why}')
     e.stats['checks'] += 2
 
 # %% ../../nbs/demo/33_checks.ipynb #dcef0ae3
@@ -160,11 +160,11 @@ def groups_and_draft(self: Checks, rows, expect, padded_bs: int | None):
         got = e.group_locs[g, :total].cpu().tolist()
         if got != want:
             i = next(i for i, (a, w) in enumerate(zip(got, want)) if a != w)
-            raise DemoViolation(f'step {e.step_no}: KV group {g} slot {i} = {got[i]}, expected {want[i]}')
+            raise DemoViolation(f'{e.at}: KV group {g} slot {i} = {got[i]}, expected {want[i]}')
     padded, draft = padded_bs or bs, e.draft
     want = expand_page_table_ref(e.pages.batch_table[:bs], draft.width, draft.ratio).to(draft.table.dtype)
     if not torch.equal(draft.table[:bs], want) or draft.table[bs:padded].any():
-        raise DemoViolation(f'step {e.step_no}: the draft table differs from the batch table expanded x'
+        raise DemoViolation(f'{e.at}: the draft table differs from the batch table expanded x'
                             f'{draft.ratio}, or a padded row in [{bs}, {padded}) is not zero')
     e.stats['checks'] += 2
 
@@ -175,7 +175,7 @@ def output(self: Checks, r: Request):
     out, want = r.tokens[P:], r.ref.tokens[P:P + r.output_len]
     if out != want:
         i = next(i for i, (a, b) in enumerate(zip(out, want)) if a != b)
-        raise DemoViolation(f"step {self.e.step_no}: request {r.uid}'s output differs from generate's at position "
+        raise DemoViolation(f"{self.e.at}: request {r.uid}'s output differs from generate's at position "
                             f"{P + i}: {out[i]}, generate {want[i]}")
 
 # %% ../../nbs/demo/33_checks.ipynb #4019de3d
@@ -183,6 +183,7 @@ class Faults:
     "Sabotage for the fault-injection tests (`cfg.fault`): the checks must catch it. Each injection is counted."
     def __init__(self, engine):
         self.e, self.fault = engine, engine.cfg.fault
+        if getattr(engine.model, 'wrong_shard', False): self.fired()   # 'wrong-shard': the model took another rank's shard
 
     def fired(self):
         "Count one injection of the run's fault (`fault_fired`): a run whose fault never fired checked nothing of it."

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/demo/36_cli.ipynb #ca878a87
 from __future__ import annotations
-import argparse, dataclasses, json, math, os, platform, socket, sys, tempfile, time
+import argparse, dataclasses, gc, json, math, os, platform, socket, sys, tempfile, time
 import torch
 from ..core.device import default_device, as_device, is_accel, triton_interpreted
 from ..l3.store import INSTALL_HINT, mooncake_available
 from ..l3.hosts import hosts_unavailable
-from .ranks import dist_init, dist_all_reduce, dist_close
+from .ranks import dist_init, dist_all_reduce, dist_close, dist_groups
 from .requests import DemoConfig, DemoViolation, MODELS, system_prompts, request_mix, engine_rng
 from .options import (FAULTS, HOSTS_CAP, L3_BUDGET, MAX_RANKS, MAX_REQUEST_BYTES, MAX_REQUESTS,
                                          MODEL_NAMES, REQUEST_BUDGET, int_arg, parse)
@@ -43,14 +43,19 @@ MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-redu
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
     torch.set_num_threads(threads_per_rank(world))
     dist_init(rank, world, port)
+    dp, tp = dist_groups(world // cfg.tp, cfg.tp)      # process `rank`: tensor-parallel rank of a data-parallel rank
     # No teardown on a failure: a peer may be blocked in a collective, and leaving the group would wait for it.
     # The failing rank exits, and the parent process terminates the others.
-    stats = summary(serve(cfg, rank, world))
-    stats.update(zip(SUMMED, dist_all_reduce([stats[k] for k in SUMMED], 'sum')))
+    stats = summary(serve(cfg, dp, world // cfg.tp, tp=tp))
+    # a data-parallel rank's counts are its first tensor-parallel rank's (the others ran the same steps); the faults
+    # injected are every process's, the largest differences every shard's
+    own = tp.rank == 0
+    stats.update(zip(SUMMED, dist_all_reduce([stats[k] if own or k == 'fault_fired' else 0 for k in SUMMED], 'sum')))
     maxed = dist_all_reduce([math.ceil(stats[k] * 1e12) for k in MAXED], 'max')
     stats.update((k, v / 1e12) for k, v in zip(MAXED, maxed))
     if rank == 0:
         with open(out_path, 'w') as f: json.dump(stats, f)
+    del tp; gc.collect()      # the engine's references to the tensor-parallel group (cycles) go before the group does
     dist_close()
 
 # %% ../../nbs/demo/36_cli.ipynb #0143cef0
@@ -86,7 +91,7 @@ def size_error(cfg: DemoConfig, ranks: int, l3: bool) -> str | None:
         return (f'argument --requests: the L3 scenario would mount a store segment of {gb(l3_segment_bytes(cfg))} for '
                 f'--requests {n} (half as much again as their full prompt pages of {host_page_bytes(cfg)} bytes), more '
                 f'than the {gb(L3_BUDGET)} it may hold: at most {L3_BUDGET // per} requests, or --no-l3')
-    procs = ranks + (2 if l3 else 0)                     # the L3 scenario: instance 2 and the store process besides
+    procs = ranks * cfg.tp + (2 if l3 else 0)            # the L3 scenario: instance 2 and the store process besides
     need = procs * RANK_BYTES + ranks * n * rb + (l3_segment_bytes(cfg) + n * per if l3 else 0)
     avail = host_memory_available()
     if avail is not None and need > avail:
@@ -139,6 +144,9 @@ def fault_error(cfg: DemoConfig, ranks: int, skip: str | None) -> str | None:
     if f.startswith('l3-') and skip: return f'--fault {f} needs the L3 scenario, which this run skips: {skip}'
     if FAULTS[f].get('model', cfg.model) != cfg.model:
         return f"--fault {f} needs --model {FAULTS[f]['model']}, got --model {cfg.model} (the fault spoils its states)"
+    if FAULTS[f].get('tp', cfg.tp) != cfg.tp:
+        return (f"--fault {f} needs --tp {FAULTS[f]['tp']}, got --tp {cfg.tp} (the fault gives a tensor-parallel rank "
+                f"another rank's shard)")
     if f == 'rejected-draft' and cfg.verify_width < 2:
         return (f'--fault rejected-draft needs --verify-width 2, got --verify-width {cfg.verify_width}: a decode row '
                 f'then feeds no draft token after its verified one, and there is no draft to reject')
@@ -166,10 +174,11 @@ def fault_verdict(fault: str, fired: int) -> str | None:
     return None
 
 # %% ../../nbs/demo/36_cli.ipynb #b75e5502
-def l3_skip_reason(ranks: int = 1, off: bool = False) -> str | None:
-    "Why a run goes without the L3 scenario, or None: it needs one rank and Mooncake installed."
+def l3_skip_reason(ranks: int = 1, off: bool = False, tp: int = 1) -> str | None:
+    "Why a run goes without the L3 scenario, or None: it needs one rank (one tensor-parallel rank too) and Mooncake installed."
     if off: return 'turned off (--no-l3)'
     if ranks > 1: return f'--ranks {ranks} (the L3 scenario runs with one rank)'
+    if tp > 1: return f'--tp {tp} (the L3 scenario runs with one tensor-parallel rank: each rank\'s shard under its own keys is not built yet)'
     return None if mooncake_available() else INSTALL_HINT
 
 # %% ../../nbs/demo/36_cli.ipynb #9adde6ff
@@ -180,13 +189,14 @@ def _serve_ranks(cfg: DemoConfig, ranks: int) -> dict:
         sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'stats.json')
-        mp.start_processes(_rank_main, args=(ranks, port, cfg, out), nprocs=ranks, start_method='spawn')
+        world = ranks * cfg.tp                           # each data-parallel rank: its tensor-parallel ranks' processes
+        mp.start_processes(_rank_main, args=(world, port, cfg, out), nprocs=world, start_method='spawn')
         return json.load(open(out))
 
 # %% ../../nbs/demo/36_cli.ipynb #0352d381
 def _run(cfg: DemoConfig, ranks: int, skip: str | None, on_hosts: bool = False) -> tuple:
     "Serve the run: (statistics, the L3 scenario's report lines and JSON, or why it was skipped); `on_hosts`: the scenario across network hosts."
-    if ranks > 1: stats = _serve_ranks(cfg, ranks)
+    if ranks > 1 or cfg.tp > 1: stats = _serve_ranks(cfg, ranks)
     else:
         torch.set_num_threads(threads_per_rank(1))
         if not skip:
@@ -218,7 +228,7 @@ def json_report(stats: dict | None, l3: dict | None, cfg: DemoConfig, ranks: int
                 requests=s.get('finished'), steps=s.get('steps'), tokens_compared=s.get('logits_compared'),
                 **{k: s.get(k) for k in ('max_logit_diff', 'max_kv_diff', 'max_state_diff', 'prefix_hits',
                                          'tokens_saved', 'checkpoints_written', 'checkpoints_reused')},
-                config=dict(model=cfg.model, ranks=ranks, requests=cfg.requests, verify_width=cfg.verify_width,
+                config=dict(model=cfg.model, ranks=ranks, tp=cfg.tp, requests=cfg.requests, verify_width=cfg.verify_width,
                             page_size=cfg.page_size, seed=cfg.seed, fault=cfg.fault),
                 prep_us=dict(decode_median=us('prep_decode_us'), mixed_median=us('prep_us'),
                              decode_hot=us('prep_decode_repeat_us'), mixed_hot=us('prep_repeat_us')),
@@ -242,14 +252,18 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
         try: a.ranks = int_arg(1, MAX_RANKS)(env)
         except argparse.ArgumentTypeError as e: ap.error(f'argument --ranks: {e} (its default, from RANKS={env!r})')
     if a.report is not None and (why := report_path_error(a.report)): ap.error(f'argument --report: {why}')
-    skip = l3_skip_reason(a.ranks, a.no_l3)
+    if a.model == 'hybrid' and a.tp > 1:
+        ap.error(f'argument --tp: --model hybrid runs with --tp 1, got --tp {a.tp} (tensor parallel is built for the '
+                 f"Llama only: the hybrid model's sharded full-attention and linear-attention heads and state slabs are "
+                 f'not built yet)')
+    skip = l3_skip_reason(a.ranks, a.no_l3, a.tp)
     if a.l3_hosts and skip: ap.error(f'argument --l3-hosts: it runs the L3 scenario, which this run skips: {skip}')
     if a.l3_hosts and (why := hosts_unavailable()): ap.error(f'argument --l3-hosts: network hosts cannot be made here: {why}')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)
         if (a.verify_width or 1) > (w := MODELS['hybrid'].MAX_VERIFY_WIDTH):
             ap.error(f'--model hybrid runs with --verify-width at most {w} (one verify checkpoint restores a rejected '
                      f'draft), got {a.verify_width}')
-    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault, model=a.model)
+    kw = dict(requests=a.requests, seed=a.seed, verify_width=a.verify_width, fault=a.fault, model=a.model, tp=a.tp)
     cfg = DemoConfig.for_device(**{k: v for k, v in kw.items() if v is not None})
     if why := fault_error(cfg, a.ranks, skip): ap.error(why)       # a fault these options cannot fire
     if why := size_error(cfg, a.ranks, l3=not skip): ap.error(why)
@@ -262,7 +276,7 @@ def run(ap: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     os.environ.setdefault('HF_HUB_OFFLINE', '1')          # the models are built from configs: transformers fetches nothing
     print(f'tokenspeed_lit serving demo on {machine_line()}' + (' (Triton interpreter)' if triton_interpreted() else ''))
     print(f'model: {cfg.model_line()}')
-    print(f'{a.ranks} rank(s) x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
+    print(f'{a.ranks} rank(s)' + (f' of {cfg.tp} tensor-parallel processes each' if cfg.tp > 1 else '') + f' x {cfg.requests} requests, verify width {cfg.verify_width}, page size {cfg.page_size}, '
           f'captured batch sizes {list(cfg.capture_sizes)}')
     print('setup: the model is built here from its config, random weights, nothing downloaded' +
           ('' if skip else f'; a Mooncake master and a store process start on this machine, the store segment '

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 # %% auto #0
-__all__ = ['FAULTS', 'MODEL_NAMES', 'REQUEST_BUDGET', 'L3_BUDGET', 'MAX_REQUEST_BYTES', 'MAX_REQUESTS', 'MAX_RANKS', 'HOSTS_CAP',
-           'MAKE_USAGE', 'int_arg', 'parser', 'parse']
+__all__ = ['FAULTS', 'MODEL_NAMES', 'REQUEST_BUDGET', 'L3_BUDGET', 'MAX_REQUEST_BYTES', 'MAX_REQUESTS', 'MAX_RANKS', 'MAX_TP',
+           'HOSTS_CAP', 'MAKE_USAGE', 'int_arg', 'parser', 'parse']
 
 # %% ../../nbs/demo/30_options.ipynb #189b91ac
 def int_arg(lo: int, hi: int | None = None):
@@ -24,7 +24,8 @@ def int_arg(lo: int, hi: int | None = None):
     return parse
 
 # %% ../../nbs/demo/30_options.ipynb #cce1f030
-FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the options that set those needs, the outcome
+FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the options that set those needs (the --model and
+           # --tp it needs), the outcome
     'stale-tail': dict(does="skips resetting a padded tail (the step's out_cache_loc past its tokens keeps a live slot)",
                        needs='a step after the 5th with a live request and a padded token tail', outcome='caught'),
     'stray-write': dict(does='writes a KV slot into a free page', needs='a step from the 8th on with rows to run',
@@ -53,6 +54,8 @@ FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the opt
                                       'two pages or more from L3 (a system prompt of two pages or more shared with a '
                                       'request of the first instance)',
                                 options='--model hybrid, the L3 scenario', model='hybrid', outcome='caught'),
+    'wrong-shard': dict(does="makes tensor-parallel rank 1 compute with rank 0's shard of the model (its query and KV "
+                             "heads, its MLP rows)", needs='--tp 2', options='--tp 2', tp=2, outcome='caught'),
     'l3-down': dict(does="kills the Mooncake master in the middle of the second instance's run",
                     needs="the L3 scenario, and a second instance whose run reaches the step the master is killed at",
                     options='the L3 scenario', outcome='survived'),
@@ -65,10 +68,11 @@ L3_BUDGET = 4 << 30          # host bytes of the L3 scenario: its store segment 
 MAX_REQUEST_BYTES = 17504    # host bytes a request holds at most: demo.cli.request_bytes at the GPU's sizes, verify width 8
 MAX_REQUESTS = REQUEST_BUDGET // MAX_REQUEST_BYTES   # per rank
 MAX_RANKS = 64
+MAX_TP = 2                   # --tp: tensor-parallel ranks of a data-parallel rank (the Llama's 4 heads, 2 KV heads split)
 HOSTS_CAP = '1gbit'          # --l3-hosts: the cap on the store host's link, both ways
 
 # %% ../../nbs/demo/30_options.ipynb #419d2c11
-MAKE_USAGE = 'make demo [RANKS=N] [DEMO_ARGS="OPTIONS"]   e.g. make demo DEMO_ARGS="--model hybrid"'
+MAKE_USAGE = 'make demo [RANKS=N] [DEMO_ARGS="OPTIONS"]   e.g. make demo DEMO_ARGS="--model hybrid", make demo DEMO_ARGS="--tp 2"'
 
 def parser() -> argparse.ArgumentParser:
     "The demo's command line."
@@ -77,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--ranks', type=int_arg(1, MAX_RANKS), metavar='N',      # None: $RANKS, checked in check_options
                     help=f'data-parallel ranks, one process each (NCCL with a GPU per rank, else gloo), 1 to {MAX_RANKS} '
                          f'and as many as the host memory holds; default: $RANKS or 1')
+    ap.add_argument('--tp', type=int_arg(1, MAX_TP), default=1, metavar='T',
+                    help=f'tensor-parallel ranks of each data-parallel rank, 1 to {MAX_TP}: each holds 1/T of the '
+                         f"Llama's query heads, KV heads and MLP rows and a pool of its KV heads, and all-reduces the "
+                         f'outputs of o_proj and down_proj; --ranks x --tp processes in all (--model llama only; the L3 '
+                         f'scenario is skipped with --tp 2) (default: 1)')
     ap.add_argument('--requests', type=int_arg(1, MAX_REQUESTS), metavar='N',
                     help=f'requests per rank, 1 to {MAX_REQUESTS} (the requests may hold {REQUEST_BUDGET >> 30} GiB of host '
                          f'memory, at most {MAX_REQUEST_BYTES} bytes each; fewer '

@@ -20,7 +20,7 @@ class Pages:
     "One rank's KV pool and page tables: the pages each request holds, in position order; freed pages scrubbed."
     def __init__(self, cfg: DemoConfig, pool_rows: int, width: int, device: torch.device):
         self.cfg, self.width, self.device = cfg, width, device
-        self.pool = PagedKVPool(cfg.num_pages, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
+        self.pool = PagedKVPool(cfg.num_pages, cfg.page_size, cfg.layers, num_kv_heads=cfg.rank_kv_heads,
                                 head_dim=cfg.head_dim, dtype=torch.float32, device=device,
                                 **MODELS[cfg.model].pool_layout(cfg))     # a hybrid model's state layers
         for t in self.kv_tensors(): t.fill_(SENTINEL)

@@ -67,6 +67,8 @@ class DemoConfig:
     system_pages: tuple = (2, 5)  # a system prompt's length in whole pages (at most (max_prompt - 1) // page_size)
     instance: int = 1           # the L3 scenario's engine instance: 1 puts its prompts' pages, 2 loads them
     l3_requests: int = 16       # requests of instance 2 (at most `requests`)
+    tp: int = 1                 # tensor-parallel ranks of each data-parallel rank: each holds 1/tp of the model's heads,
+                                # KV heads and MLP rows (`demo.ranks.TensorParallel`), and a pool of its KV heads
 
     @classmethod
     def for_device(cls, gpu: bool | None = None, **kw):
@@ -79,6 +81,11 @@ class DemoConfig:
                         capture_sizes=(1, 2, 4, 8, 16, 32, 64), repeat_prep=True, system_pages=(8, 32),
                         l3_requests=64)
         return cls(**{**base, **MODELS[kw.get('model', cls.model)].DEFAULTS, **kw})
+
+    @property
+    def rank_kv_heads(self) -> int:
+        "The KV heads one tensor-parallel rank holds: the rows of its pool."
+        return self.kv_heads // self.tp
 
     def model_line(self) -> str:
         "The model in words (its class in `MODELS` says it)."

@@ -4,14 +4,14 @@
 
 # %% ../../nbs/demo/34_scheduler.ipynb #f5be884f
 from __future__ import annotations
-import collections, gc, math, os, statistics, sys, time
+import collections, gc, hashlib, math, os, statistics, sys, time
 import numpy as np
 import torch
 from fastcore.basics import patch
 from ..core.device import default_device, is_accel
 from ..core.streams import synchronize, new_stream
 from ..core.graphs import Captured, capture
-from .ranks import dist_all_reduce
+from .ranks import dist_all_reduce, TensorParallel
 from ..staging.padding import pick_capture_size
 from ..staging.input_buffers import InputBuffers, RuntimeStates
 from ..staging.step_plan import ForwardOp
@@ -22,7 +22,8 @@ from .pages import Pages, HostTier
 from .checks import Checks, Faults
 
 # %% auto #0
-__all__ = ['PREP_KEYS', 'StepTimer', 'Scheduler', 'Progress', 'threads_per_rank', 'serve', 'median', 'report', 'summary']
+__all__ = ['PREP_KEYS', 'StepTimer', 'Scheduler', 'Progress', 'threads_per_rank', 'serve', 'step_digest', 'check_schedules_agree',
+           'median', 'report', 'summary']
 
 # %% ../../nbs/demo/34_scheduler.ipynb #7a29f7ed
 PREP_KEYS = ('prep_us', 'prep_decode_us', 'prep_repeat_us', 'prep_decode_repeat_us', 'prep_staged_us')   # per-step
@@ -64,9 +65,9 @@ class StepTimer:
 
 # %% ../../nbs/demo/34_scheduler.ipynb #ce80fe8d
 class Scheduler:
-    "A small engine loop over one rank's requests, checking every rule after every step (`l3`: the L3 scenario's part)."
-    def __init__(self, cfg: DemoConfig, device=None, rank: int = 0, l3=None):
-        self.cfg, self.rank = cfg, rank
+    "A small engine loop over one rank's requests, checking every rule after every step (`l3`: the L3 scenario's part; `tp`: its tensor-parallel place, the same loop on every rank of it)."
+    def __init__(self, cfg: DemoConfig, device=None, rank: int = 0, l3=None, tp: TensorParallel = TensorParallel()):
+        self.cfg, self.rank, self.tp = cfg, rank, tp
         self.device = default_device() if device is None else torch.device(device)
         self.rng = engine_rng(cfg, rank)                      # its requests first, then everything it draws
         L = cfg.verify_width
@@ -89,7 +90,7 @@ class Scheduler:
         self.group_locs = torch.empty((2, cfg.max_num_tokens), dtype=torch.int32, device=self.device)
         self.draft = DraftPageTable(cfg.max_bs, self.width * cfg.draft_ratio, cfg.draft_ratio, device=self.device)
         self.model = MODELS[cfg.model](cfg, self.pages.pool, self.bufs, self.pages.batch_table,
-                                       self.width * cfg.page_size, self.device)
+                                       self.width * cfg.page_size, self.device, **({'tp': tp} if tp.size > 1 else {}))
         self.graphs = {}                                     # padded batch size -> captured decode forward
         self.free_rows = list(range(self.pool_rows, 0, -1))  # pool row 0 is the padding row
         self.requests = request_mix(cfg, rank, self.rng)
@@ -103,6 +104,10 @@ class Scheduler:
         self.bufs.step.bind(st.valid_cache_lengths, st.future_input_map, st.remote_spec_candidate_ready, st.vocab_size,
                             self.pages.batch_table, 'batch')
         for bs in cfg.capture_sizes: self.decode_graph(bs)
+    @property
+    def at(self) -> str:
+        "Where a check stands, for its message: the step, and the tensor-parallel rank when there are several."
+        return f'step {self.step_no}' + (f' (tensor-parallel rank {self.tp.rank} of {self.tp.size})' if self.tp.size > 1 else '')
     @property
     def live(self): return [r for r in self.requests[:self.arrived] if r.state in ('prefill', 'decode')]
     @property
@@ -361,16 +366,18 @@ def threads_per_rank(world: int) -> int:
     "Intra-op threads of one rank: its share of the host's cores beside a GPU, one on the CPU (`demo`: Threads)."
     return max(1, (os.cpu_count() or 1) // world) if is_accel(default_device()) else 1
 
-def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True, l3=None, label: str = '') -> dict:
-    "Run one rank's serving loop to completion (`l3`: its part in the L3 scenario, `demo.l3.L3Instance`); returns its statistics."
+def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True, l3=None, label: str = '',
+          tp: TensorParallel = TensorParallel()) -> dict:
+    "Run one rank's serving loop to completion (`rank` of `world` data-parallel ranks; `tp`: its tensor-parallel place; `l3`: its part in the L3 scenario, `demo.l3.L3Instance`); returns its statistics."
     torch.backends.cuda.matmul.allow_tf32 = False       # float32 matmuls in float32: the tolerance assumes it
-    s = Scheduler(cfg, rank=rank, l3=l3)
-    bar = Progress(cfg.requests * world, 'requests finished' + label) if progress and rank == 0 else None
+    s = Scheduler(cfg, rank=rank, l3=l3, tp=tp)
+    bar = Progress(cfg.requests * world, 'requests finished' + label) if progress and rank == 0 and tp.rank == 0 else None
     gen0, done, done_at = gc.get_stats()[0]['collections'], 0, 0   # requests finished (all ranks), and at which step
     gc.callbacks.append(s.timer.on_gc)
     try:
         while True:
             rows, decode_only = s.plan_step() if s.has_work else ([], True)
+            if tp.size > 1: check_schedules_agree(s.step_no, rows, tp)
             want, prefill, work = dist_all_reduce([len(rows), int(not decode_only), int(s.has_work)], 'max')
             if not work: break
             if s.step_no - done_at > cfg.max_steps:
@@ -379,7 +386,7 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True,
                                     f'{dict(states)}; {s.pages.pool.num_free} free pages, {len(s.free_rows)} free pool rows)')
             padded = pick_capture_size(want, cfg.capture_sizes) if want and not prefill else None
             if rows or padded is not None: s.run_step(rows, padded)
-            finished = dist_all_reduce([s.stats['finished']], 'sum')[0]
+            finished = dist_all_reduce([s.stats['finished']], 'sum')[0] // tp.size    # each counted by its tp ranks
             if finished > done: done, done_at = finished, s.step_no
             if bar: bar.update(finished)
     except DemoViolation as v:      # the violation carries how often the run's fault fired before it (`demo`'s report)
@@ -388,8 +395,23 @@ def serve(cfg: DemoConfig, rank: int = 0, world: int = 1, progress: bool = True,
         gc.callbacks.remove(s.timer.on_gc)
         if l3 is not None: l3.close()
     if bar: bar.close()
-    s.stats.update(ranks=world, tolerance=cfg.tolerance, gc_gen0=gc.get_stats()[0]['collections'] - gen0)
+    s.stats.update(ranks=world, tp=tp.size, tolerance=cfg.tolerance, gc_gen0=gc.get_stats()[0]['collections'] - gen0)
     return s.stats
+
+# %% ../../nbs/demo/34_scheduler.ipynb #805409db
+def step_digest(step_no: int, rows) -> int:
+    "A 63-bit digest of a step's schedule: its number, and each row's request, tokens, kind, cached length and pages."
+    what = repr((step_no, [(r.uid, n, p, r.cache_len, list(r.pages)) for r, n, p in rows])).encode()
+    return int.from_bytes(hashlib.blake2b(what, digest_size=8).digest(), 'little') >> 1
+
+def check_schedules_agree(step_no: int, rows, tp: TensorParallel):
+    "Raise (a `DemoViolation` naming the step and the rank) unless every tensor-parallel rank of `tp`'s group scheduled the same rows this step."
+    d = step_digest(step_no, rows)
+    hi, neg_lo = dist_all_reduce([d, -d], 'max', group=tp.group)
+    if hi != d or -neg_lo != d:
+        raise DemoViolation(f'step {step_no}: tensor-parallel rank {tp.rank} of {tp.size} scheduled other rows than '
+                            f'another rank of its group (step digest {d:#x}; the group\'s {-neg_lo:#x} to {hi:#x}): every '
+                            f'tensor-parallel rank must run the same schedule (the same scheduler, seed and requests)')
 
 # %% ../../nbs/demo/34_scheduler.ipynb #5250ec99
 def median(xs) -> float: return statistics.median(xs) if xs else float('nan')
@@ -400,7 +422,9 @@ def report(stats: dict) -> str:
     med = lambda k: median(stats.get(k, [])) if isinstance(stats.get(k, []), list) else stats[k]
     gbs = stats['host_bytes'] / stats['host_seconds'] / 1e9 if stats['host_seconds'] else float('nan')
     return '\n'.join([
-        f"ranks                {stats['ranks']}",
+        f"ranks                {stats['ranks']}" + (f" data-parallel x {stats['tp']} tensor-parallel ({stats['ranks'] * stats['tp']} "
+                                                     f"processes; every check on every tensor-parallel rank, of its own shard)"
+                                                     if stats.get('tp', 1) > 1 else ''),
         f"steps                {stats['steps']} ({stats['graph_steps']} decode graph steps: {stats['graph_replays']} "
         f"replays of a captured graph, {stats['padded_graph_steps']} of them padded; {stats['mixed_steps']} mixed, "
         f"{stats['prefill_steps']} prefill, {stats['dummy_steps']} dummy decodes)",

@@ -4,12 +4,15 @@
 
 # %% ../../../nbs/demo/models/30_llama.ipynb #1530c039
 from __future__ import annotations
+import dataclasses
 from dataclasses import dataclass
 import torch
+import torch.nn.functional as F
 from ...core.device import as_device
 from ...core.contract import InputTypeError, check_int, check_int_tensor, check_same_device
 from ...tiers.kv_pool import PagedKVPool
 from ...staging.input_buffers import InputBuffers
+from ..ranks import TensorParallel
 
 # %% auto #0
 __all__ = ['TOLERANCE', 'tiny_llama', 'Reference', 'run_reference', 'PagedLlama', 'LlamaModel']
@@ -68,15 +71,19 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * c + torch.cat((-x2, x1), dim=-1) * s
 
 # %% ../../../nbs/demo/models/30_llama.ipynb #512e25f0
-def _check_binding(model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str):
-    "Raise unless `pool`, `bufs` and `table` fit `model`: layers, KV rows, dtype, page size, table shape, devices."
+def _check_binding(model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str,
+                   tp: TensorParallel = TensorParallel()):
+    "Raise unless `pool`, `bufs` and `table` fit `model` (its shard of `tp`): layers, KV rows, dtype, page size, table shape, devices."
     c = model.config
+    kv = tp.part('kv_heads', c.num_key_value_heads); tp.part('heads', c.num_attention_heads)
+    tp.part('intermediate', c.intermediate_size)      # each count splits over the tensor-parallel ranks
     if pool.num_layers != c.num_hidden_layers or pool.state_layers:
         raise ValueError(f'pool has {pool.num_layers} layers ({pool.layout}), the model {c.num_hidden_layers} '
                          f'attention layers')
-    if tuple(pool.k_of(0).shape[1:]) != (c.num_key_value_heads, c.head_dim):
+    if tuple(pool.k_of(0).shape[1:]) != (kv.stop - kv.start, c.head_dim):
         raise ValueError(f'pool rows are {list(pool.k_of(0).shape[1:])}, the model writes [kv_heads, head_dim] = '
-                         f'{[c.num_key_value_heads, c.head_dim]}')
+                         f'{[kv.stop - kv.start, c.head_dim]}' + (f' (tensor-parallel rank {tp.rank} of {tp.size}: its '
+                         f'share of {c.num_key_value_heads} KV heads)' if tp.size > 1 else ''))
     if pool.dtype != model.lm_head.weight.dtype:
         raise InputTypeError(f'pool holds {pool.dtype}, the model computes in {model.lm_head.weight.dtype}')
     if pool.page_size != bufs.page_size:
@@ -87,13 +94,31 @@ def _check_binding(model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Te
         raise ValueError(f'table has {table.shape[0]} rows, a batch-ordered table needs max_bs = {bufs.max_bs}')
     check_same_device(pool=pool.k_of(0), bufs=bufs.input_ids_buf, table=table, model=model.lm_head.weight)
 
+# %% ../../../nbs/demo/models/30_llama.ipynb #c2b3682f
+def _shard(block, tp: TensorParallel, rank: int, head_dim: int) -> dict:
+    "One decoder layer's (weight, bias) pairs that tensor-parallel rank `rank` holds: its heads' rows of q, k and v and columns of o; its rows of gate and up, columns of down (a bias of o and down: rank 0's alone)."
+    a, m, D = block.self_attn, block.mlp, head_dim
+    rows = lambda part: slice(part.start * D, part.stop * D)
+    qh = rows(tp.part('heads', a.q_proj.out_features // D, rank))
+    kh = rows(tp.part('kv_heads', a.k_proj.out_features // D, rank))
+    mr = tp.part('intermediate', m.gate_proj.out_features, rank)
+    out = lambda lin, cols: (lin.weight[:, cols], lin.bias if lin.bias is not None and rank == 0 else None)
+    inn = lambda lin, r: (lin.weight[r], None if lin.bias is None else lin.bias[r])
+    return dict(q=inn(a.q_proj, qh), k=inn(a.k_proj, kh), v=inn(a.v_proj, kh), o=out(a.o_proj, qh),
+                gate=inn(m.gate_proj, mr), up=inn(m.up_proj, mr), down=out(m.down_proj, mr))
+
 # %% ../../../nbs/demo/models/30_llama.ipynb #892873cf
 class PagedLlama:
-    "A `transformers` Llama's weights run layer by layer over staged buffers and a paged KV pool (capturable)."
-    def __init__(self, model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str = 'batch'):
-        _check_binding(model, pool, bufs, table, table_order)
+    "A `transformers` Llama's weights (its shard of `tp`) run layer by layer over staged buffers and a paged KV pool (capturable)."
+    def __init__(self, model, pool: PagedKVPool, bufs: InputBuffers, table: torch.Tensor, table_order: str = 'batch',
+                 tp: TensorParallel = TensorParallel(), weights_of: int | None = None):
+        _check_binding(model, pool, bufs, table, table_order, tp)
         c = model.config
-        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.tp, self.head_dim = tp, c.head_dim
+        self.heads, self.kv_heads = c.num_attention_heads // tp.size, c.num_key_value_heads // tp.size
+        # `weights_of`: the rank whose shard it takes (the demo's fault 'wrong-shard'); default its own
+        self.shards = [_shard(block, tp, tp.rank if weights_of is None else weights_of, c.head_dim)
+                       for block in model.model.layers]
         self.model, self.pool, self.bufs, self.table, self.table_order = model, pool, bufs, table, table_order
         self.context = table.shape[1] * pool.page_size          # keys every token attends over (masked)
         self.logits = torch.zeros(bufs.max_num_tokens, c.vocab_size, dtype=pool.dtype, device=pool.device)
@@ -110,7 +135,7 @@ class PagedLlama:
         cos, sin = m.rotary_emb(h, b.positions_buf[:N][None])
         for layer, block in enumerate(m.layers):
             h = h + self._attention(layer, block.self_attn, block.input_layernorm(h), cos, sin, loc, keys, allowed)
-            h = h + block.mlp(block.post_attention_layernorm(h))
+            h = h + self._mlp(layer, block.mlp, block.post_attention_layernorm(h))
         self.logits[:N] = self.model.lm_head(m.norm(h))[0]
         return self.logits[:N]
 
@@ -129,14 +154,19 @@ class PagedLlama:
 
     def _attention(self, layer: int, attn, x, cos, sin, loc, keys, allowed) -> torch.Tensor:
         "One layer's paged attention: this step's K, V written at `loc` first, then every token over its history."
-        N, H, K, D = x.shape[1], self.heads, self.kv_heads, self.head_dim
-        q = _rope(attn.q_proj(x).view(N, H, D), cos, sin)
-        self.pool.k_of(layer).index_copy_(0, loc, _rope(attn.k_proj(x).view(N, K, D), cos, sin))
-        self.pool.v_of(layer).index_copy_(0, loc, attn.v_proj(x).view(N, K, D))
+        N, H, K, D, s = x.shape[1], self.heads, self.kv_heads, self.head_dim, self.shards[layer]
+        q = _rope(F.linear(x, *s['q']).view(N, H, D), cos, sin)
+        self.pool.k_of(layer).index_copy_(0, loc, _rope(F.linear(x, *s['k']).view(N, K, D), cos, sin))
+        self.pool.v_of(layer).index_copy_(0, loc, F.linear(x, *s['v']).view(N, K, D))
         k, v = self.pool.k_of(layer)[keys], self.pool.v_of(layer)[keys]       # [N, context, K, D]
         w = torch.einsum('nkgd,nskd->nkgs', q.view(N, K, H // K, D), k) * attn.scaling
         w = w.masked_fill(~allowed[:, None, None], float('-inf')).softmax(dim=-1)
-        return attn.o_proj(torch.einsum('nkgs,nskd->nkgd', w, v).reshape(1, N, H * D))
+        return self.tp.all_reduce(F.linear(torch.einsum('nkgs,nskd->nkgd', w, v).reshape(1, N, H * D), *s['o']))
+
+    def _mlp(self, layer: int, mlp, x) -> torch.Tensor:
+        "One layer's MLP over this rank's rows of gate and up (and columns of down), summed over the ranks."
+        s = self.shards[layer]
+        return self.tp.all_reduce(F.linear(mlp.act_fn(F.linear(x, *s['gate'])) * F.linear(x, *s['up']), *s['down']))
 
 # %% ../../../nbs/demo/models/30_llama.ipynb #d72b7e26
 class LlamaModel:
@@ -145,10 +175,15 @@ class LlamaModel:
     capturable = True       # its decode forward is captured as a graph
     extra_pages = 0         # pages a request holds beside its KV pages
 
-    def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device):
+    def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device,
+                 tp: TensorParallel = TensorParallel()):
         self.llm = tiny_llama(cfg.vocab, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
                               max_positions=max_positions, seed=cfg.model_seed, device=device)
-        self.paged = PagedLlama(self.llm, pool, bufs, batch_table)     # reads the batch-ordered table
+        self.tp, self.kv_part = tp, tp.part('kv_heads', cfg.kv_heads)
+        # the fault 'wrong-shard': tensor-parallel rank 1 takes rank 0's shard (the checks must catch it)
+        self.wrong_shard = cfg.fault == 'wrong-shard' and tp.rank == 1
+        self.paged = PagedLlama(self.llm, pool, bufs, batch_table, tp=tp,     # reads the batch-ordered table
+                                weights_of=0 if self.wrong_shard else None)
 
     def forward(self, total_tokens: int, batch: int):
         "The forward over the step's staged tokens (`batch` rows); its logits land in `logits`."
@@ -164,15 +199,18 @@ class LlamaModel:
     reference_batch = 1     # requests whose references one call computes (`references`)
 
     def references(self, asks: list) -> list:
-        "What transformers computes for requests (`asks`: (tokens, new tokens) pairs): `generate`, then one forward each."
-        return [run_reference(self.llm, tokens, new_tokens) for tokens, new_tokens in asks]
+        "What transformers computes for requests (`asks`: (tokens, new tokens) pairs): `generate`, then one forward each (unsharded); keys and values of this rank's KV heads."
+        refs, kv = [run_reference(self.llm, tokens, new_tokens) for tokens, new_tokens in asks], self.kv_part
+        if self.tp.size == 1: return refs
+        return [dataclasses.replace(r, keys=r.keys[:, :, kv], values=r.values[:, :, kv]) for r in refs]
 
     @staticmethod
     def describe(cfg) -> str:
         "The model in words."
         return (f'transformers Llama, {cfg.layers} layers, {cfg.heads} query / {cfg.kv_heads} KV heads of '
                 f'{cfg.head_dim}, vocab {cfg.vocab}, random weights (seed {cfg.model_seed}), float32, '
-                f'tolerance {cfg.tolerance:g}')
+                f'tolerance {cfg.tolerance:g}' + (f'; tensor parallel over {cfg.tp} ranks (each holds 1/{cfg.tp} of '
+                                                  f'the heads, KV heads and MLP rows)' if cfg.tp > 1 else ''))
 
     # what a model with a state beside its KV does (`HybridModel`); a Llama keeps none
     @staticmethod
