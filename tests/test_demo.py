@@ -89,6 +89,8 @@ def test_demo_catches_injected_faults(fault, ranks, words, tmp_path):
                                          'built for the Llama only'),
     (['--fault', 'wrong-shard', '--no-l3'], '--fault wrong-shard needs --tp 2, got --tp 1'),
     (['--fault', 'wrong-shard', '--ranks', '2'], '--fault wrong-shard needs --tp 2, got --tp 1'),
+    (['--tp', '2', '--l3-hosts'], 'argument --l3-hosts: runs with --tp 1, got --tp 2'),
+    (['--fault', 'l3-wrong-rank', '--no-l3', '--tp', '2'], '--fault l3-wrong-rank needs the L3 scenario, which this run skips'),
     (['--model', 'hybrid', '--no-l3', '--verify-width', '3'], '--model hybrid runs with --verify-width at most 2'),
     (['--fault', 'wrong-checkpoint', '--no-l3'], '--fault wrong-checkpoint needs --model hybrid'),
     (['--fault', 'rejected-draft', '--no-l3'], '--fault rejected-draft needs --model hybrid'),
@@ -254,6 +256,8 @@ def test_what_an_option_sizes_is_bounded(args, words, setup, monkeypatch, capsys
      ['--fault l3-wrong-checkpoint needs a request of the second instance that loads two pages or more from L3'], 'l3'),
     (['--fault', 'l3-bad-page', '--no-l3'], ['--fault l3-bad-page needs the L3 scenario, which this run skips: turned off'], 'l3'),
     (['--fault', 'l3-down', '--ranks', '2'], ['--fault l3-down needs the L3 scenario, which this run skips: --ranks 2'], 'l3'),
+    (['--fault', 'l3-down', '--tp', '2'], ['--fault l3-down runs with --tp 1, got --tp 2'], 'l3'),
+    (['--fault', 'l3-wrong-rank'], ['--fault l3-wrong-rank needs --tp 2, got --tp 1'], 'l3'),
 ])
 def test_a_fault_that_cannot_fire_is_refused(args, words, setup, monkeypatch, capsys):
     """A fault the options cannot fire is a usage error before anything is built, naming the options: the model and
@@ -280,8 +284,7 @@ def test_every_fault_is_accepted_where_it_can_fire(monkeypatch):
         assert f['needs'] and f['outcome'] in ('caught', 'survived') and f"'{fault}' " in helptext
         cfg, skip = cli.check_options(ap, ap.parse_args(['--fault', fault, '--model', f.get('model', 'llama'),
                                                           '--tp', str(f.get('tp', 1)), '--requests', str(HYBRID_N)]))
-        assert cfg.fault == fault and cfg.tp == f.get('tp', 1)
-        assert skip == (None if cfg.tp == 1 else cli.l3_skip_reason(tp=cfg.tp))      # --tp 2 runs without L3 for now
+        assert cfg.fault == fault and cfg.tp == f.get('tp', 1) and skip is None
     assert 'a run whose fault never fired fails' in helptext
 
 
@@ -434,8 +437,8 @@ def test_the_summary_and_report_label_interpreter_timings(monkeypatch, capsys, t
     else: assert rep['timings_note'] is None and 'interpreter figures' not in out
 
 
-# Tensor parallel (issue 52): `make demo DEMO_ARGS="--tp 2"` on the CPU, processes over gloo.
-TP_SKIP = "skipped: --tp 2 (the L3 scenario runs with one tensor-parallel rank: each rank's shard under its own keys is not built yet)"
+# Tensor parallel (issue 52): `make demo DEMO_ARGS="--tp 2"` on the CPU, processes over gloo; its L3 scenario is in
+# test_demo_l3.py.
 
 
 def test_tensor_parallel_passes_every_check_step_for_step(tmp_path):
@@ -445,12 +448,12 @@ def test_tensor_parallel_passes_every_check_step_for_step(tmp_path):
     is the one-process run step for step: the same steps, tokens, requests, logits and KV positions compared."""
     one, two = tmp_path / 'tp1.json', tmp_path / 'tp2.json'
     r1 = demo('--requests', '12', '--no-l3', '--report', str(one))
-    r = demo('--tp', '2', '--requests', '12', '--report', str(two))
+    r = demo('--tp', '2', '--requests', '12', '--no-l3', '--report', str(two))
     assert r1.returncode == 0 and r.returncode == 0, r1.stdout + r.stdout + r.stderr
     assert line(r, 'ranks ') == ('ranks                1 data-parallel x 2 tensor-parallel (2 processes; every check '
                                  'on every tensor-parallel rank, of its own shard)')
     assert line(r, 'model: ').endswith('tensor parallel over 2 ranks (each holds 1/2 of the heads, KV heads and MLP rows)')
-    assert line(r, 'L3 tier').endswith(TP_SKIP)
+    assert line(r, 'L3 tier').endswith('skipped: turned off (--no-l3)')
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert (a['config']['tp'], b['config']['tp'], b['passed']) == (1, 2, True)
     for k in ('requests', 'steps', 'tokens', 'tokens_compared', 'kv_compared', 'checks', 'graph_replays'):
@@ -473,7 +476,7 @@ def test_tensor_parallel_with_data_parallel_ranks():
 
 def test_a_rank_with_another_ranks_shard_is_caught(tmp_path):
     "`--fault wrong-shard`: tensor-parallel rank 1 computes with rank 0's heads and MLP rows; the first step's check fails, naming the step, the tensor-parallel rank, the request and position, and the run exits 1."
-    r = demo('--tp', '2', '--requests', '4', '--fault', 'wrong-shard', '--report', str(tmp_path / 'r.json'))
+    r = demo('--tp', '2', '--requests', '4', '--no-l3', '--fault', 'wrong-shard', '--report', str(tmp_path / 'r.json'))
     assert r.returncode == 1, r.stdout + r.stderr
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     assert 'step 1 (tensor-parallel rank ' in v and ' of 2): ' in v, v

@@ -82,3 +82,36 @@ def test_demo_without_mooncake():
         "L3 tier              skipped: Mooncake Store is not installed: pip install -e '.[l3]' (the wheel "
         "mooncake-transfer-engine-non-cuda needs Debian's libibverbs1 libnuma1 librdmacm1)"]
     assert 'all checks passed' in r.stdout and 'second engine instance' not in r.stdout
+
+
+@mooncake_missing
+def test_demo_l3_with_tensor_parallel_ranks(tmp_path):
+    """`--tp 2` with the L3 scenario (issue 52): each instance is two tensor-parallel processes; each rank puts its
+    shard (one KV head of two) under keys with its own tp_rank, and rank r of instance 2 loads rank r's pages, byte
+    for byte (rank r's digests), its K and V checked against the reference's heads of rank r; no key is put by two
+    ranks, and nothing outlives the run."""
+    r = demo('--tp', '2', '--requests', '12', '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'each instance as 2 tensor-parallel processes' in line(r, 'L3 tier')
+    assert line(r, 'L3 per rank').endswith("each rank's shard under keys of its own tp_rank, none shared")
+    rep = json.loads((tmp_path / 'r.json').read_text())
+    ranks = rep['l3']['tp_ranks']
+    assert [t['rank'] for t in ranks] == [0, 1] and rep['passed'] and rep['config']['tp'] == 2
+    for t in ranks:
+        assert t['pages_put'] == t['keys'] > 0 and 0 < t['pages_loaded'] == t['pages_checked'], t
+        assert f"tensor-parallel rank {t['rank']}: {t['pages_put']} pages put, {t['pages_loaded']} loaded" in line(r, 'L3 per rank')
+    assert rep['l3']['pages_hit'] == ranks[0]['pages_loaded'] and rep['l3']['loaded_kv_compared'] > 0
+    assert int(line(r, 'L3 failed gets').split()[3]) == 0
+    assert servers_stopped(r)
+
+
+@mooncake_missing
+def test_a_rank_asking_for_another_ranks_keys_is_caught(tmp_path):
+    "--fault l3-wrong-rank: rank 1 of instance 2 looks its pages up under rank 0's keys; the match is refused (keys rank 1 of instance 1 never put), naming the step and the rank, and the run exits 1."
+    r = demo('--tp', '2', '--requests', '8', '--fault', 'l3-wrong-rank', '--report', str(tmp_path / 'r.json'))
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
+    assert 'instance 2: step ' in v and '(tensor-parallel rank 1 of 2): L3 holds page 0 of request' in v, v
+    assert "under a key instance 1 never put" in v, v
+    rep = json.loads((tmp_path / 'r.json').read_text())
+    assert not rep['passed'] and rep['fault_fired'] == 1 and 'l3-wrong-rank: injected 1 time' in r.stdout

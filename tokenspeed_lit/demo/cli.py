@@ -91,7 +91,7 @@ def size_error(cfg: DemoConfig, ranks: int, l3: bool) -> str | None:
         return (f'argument --requests: the L3 scenario would mount a store segment of {gb(l3_segment_bytes(cfg))} for '
                 f'--requests {n} (half as much again as their full prompt pages of {host_page_bytes(cfg)} bytes), more '
                 f'than the {gb(L3_BUDGET)} it may hold: at most {L3_BUDGET // per} requests, or --no-l3')
-    procs = ranks * cfg.tp + (2 if l3 else 0)            # the L3 scenario: instance 2 and the store process besides
+    procs = ranks * cfg.tp + (cfg.tp + 1 if l3 else 0)   # the L3 scenario: instance 2 and the store process besides
     need = procs * RANK_BYTES + ranks * n * rb + (l3_segment_bytes(cfg) + n * per if l3 else 0)
     avail = host_memory_available()
     if avail is not None and need > avail:
@@ -144,6 +144,9 @@ def fault_error(cfg: DemoConfig, ranks: int, skip: str | None) -> str | None:
     if f.startswith('l3-') and skip: return f'--fault {f} needs the L3 scenario, which this run skips: {skip}'
     if FAULTS[f].get('model', cfg.model) != cfg.model:
         return f"--fault {f} needs --model {FAULTS[f]['model']}, got --model {cfg.model} (the fault spoils its states)"
+    if f == 'l3-down' and cfg.tp > 1:
+        return (f'--fault l3-down runs with --tp 1, got --tp {cfg.tp} (one process of instance 2 kills the master; '
+                f'with tensor-parallel ranks, not built yet)')
     if FAULTS[f].get('tp', cfg.tp) != cfg.tp:
         return (f"--fault {f} needs --tp {FAULTS[f]['tp']}, got --tp {cfg.tp} (the fault gives a tensor-parallel rank "
                 f"another rank's shard)")
@@ -156,7 +159,7 @@ def fault_error(cfg: DemoConfig, ranks: int, skip: str | None) -> str | None:
         return (f'--fault wrong-checkpoint needs a prefix hit, and {mix} none can come: no request arrives after '
                 f'another with the same system prompt (the first {cfg.arrivals_per_step} of a rank arrive together, '
                 f'before any checkpoint); more --requests, or another --seed')
-    pages = dict(zip(('l3-bad-page', 'l3-wrong-checkpoint'), (1, 2))).get(f)
+    pages = dict(zip(('l3-bad-page', 'l3-wrong-checkpoint', 'l3-wrong-rank'), (1, 2, 1))).get(f)
     if pages and not _l3_load_can_come(cfg, pages):
         return (f"--fault {f} needs a request of the second instance that loads "
                 f"{'a page' if pages == 1 else 'two pages or more'} from L3, and {mix} none can: none of its "
@@ -174,11 +177,10 @@ def fault_verdict(fault: str, fired: int) -> str | None:
     return None
 
 # %% ../../nbs/demo/36_cli.ipynb #b75e5502
-def l3_skip_reason(ranks: int = 1, off: bool = False, tp: int = 1) -> str | None:
-    "Why a run goes without the L3 scenario, or None: it needs one rank (one tensor-parallel rank too) and Mooncake installed."
+def l3_skip_reason(ranks: int = 1, off: bool = False) -> str | None:
+    "Why a run goes without the L3 scenario, or None: it needs one data-parallel rank (of any --tp) and Mooncake installed."
     if off: return 'turned off (--no-l3)'
     if ranks > 1: return f'--ranks {ranks} (the L3 scenario runs with one rank)'
-    if tp > 1: return f'--tp {tp} (the L3 scenario runs with one tensor-parallel rank: each rank\'s shard under its own keys is not built yet)'
     return None if mooncake_available() else INSTALL_HINT
 
 # %% ../../nbs/demo/36_cli.ipynb #9adde6ff
@@ -196,7 +198,7 @@ def _serve_ranks(cfg: DemoConfig, ranks: int) -> dict:
 # %% ../../nbs/demo/36_cli.ipynb #0352d381
 def _run(cfg: DemoConfig, ranks: int, skip: str | None, on_hosts: bool = False) -> tuple:
     "Serve the run: (statistics, the L3 scenario's report lines and JSON, or why it was skipped); `on_hosts`: the scenario across network hosts."
-    if ranks > 1 or cfg.tp > 1: stats = _serve_ranks(cfg, ranks)
+    if ranks > 1 or (cfg.tp > 1 and skip): stats = _serve_ranks(cfg, ranks)     # (with L3: run_l3, rank by rank)
     else:
         torch.set_num_threads(threads_per_rank(1))
         if not skip:
@@ -256,7 +258,10 @@ def check_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
         ap.error(f'argument --tp: --model hybrid runs with --tp 1, got --tp {a.tp} (tensor parallel is built for the '
                  f"Llama only: the hybrid model's sharded full-attention and linear-attention heads and state slabs are "
                  f'not built yet)')
-    skip = l3_skip_reason(a.ranks, a.no_l3, a.tp)
+    skip = l3_skip_reason(a.ranks, a.no_l3)
+    if a.tp > 1 and a.l3_hosts:
+        ap.error(f'argument --l3-hosts: runs with --tp 1, got --tp {a.tp} (the scenario across network hosts runs one '
+                 f'process per instance)')
     if a.l3_hosts and skip: ap.error(f'argument --l3-hosts: it runs the L3 scenario, which this run skips: {skip}')
     if a.l3_hosts and (why := hosts_unavailable()): ap.error(f'argument --l3-hosts: network hosts cannot be made here: {why}')
     if a.model == 'hybrid':        # what the hybrid model's states do not carry yet (issue 42's later parts)

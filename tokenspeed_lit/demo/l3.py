@@ -4,7 +4,7 @@
 
 # %% ../../nbs/demo/35_l3.ipynb #73b01b3e
 from __future__ import annotations
-import contextlib, ctypes, dataclasses, hashlib, importlib.util, json, os, signal, subprocess, sys, time
+import contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, os, signal, socket, subprocess, sys, time
 from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
@@ -19,11 +19,12 @@ from ..l3.hosts import Hosts, MooncakeOnHosts, drop_between, undrop_between
 from .options import HOSTS_CAP
 from .requests import DemoConfig, Request, DemoViolation, system_prompts, MODELS
 from .scheduler import serve, summary, threads_per_rank
+from .ranks import dist_init, dist_groups, dist_close, dist_all_reduce
 
 # %% auto #0
 __all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
            'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'instance_process', 'instance_main',
-           'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines', 'l3_json']
+           'check_own_keys', 'tp_instances', 'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines', 'l3_json']
 
 # %% ../../nbs/demo/35_l3.ipynb #282eebfa
 @dataclass
@@ -43,12 +44,13 @@ class L3Plan:
     partition: dict = field(default_factory=dict)   # --l3-hosts: instance 2 cuts itself off from the store host
                                 # (`a`, `b`: (namespace, address)) from the start of step `at` to the start of `heal`
 
-# %% ../../nbs/demo/35_l3.ipynb #ca0a983b
+# %% ../../nbs/demo/35_l3.ipynb #f8831f90
 L3_COUNTS = ('l3_put_pages', 'l3_put_failed', 'l3_put_skipped', 'l3_lookups', 'l3_prompt_tokens', 'l3_hit_pages',
              'l3_hit_requests', 'l3_bytes', 'l3_tokens_saved', 'l3_failed_pages', 'l3_tokens_recomputed',
              'l3_short_pages', 'l3_pages_checked', 'l3_kv_compared', 'l3_killed_at', 'l3_checkpoints', 'l3_cut_at',
              'l3_healed_at', 'l3_cut_pages')
 
+# %% ../../nbs/demo/35_l3.ipynb #ca0a983b
 class L3Instance:
     "One engine instance's part in the L3 scenario, as `plan` says (`tier`: a tier to use instead of Mooncake's)."
     def __init__(self, plan: L3Plan, tier=None):
@@ -59,7 +61,12 @@ class L3Instance:
         "Bind an `L3Tier` to `engine`'s mirror, in the run's namespace (model, KV layout, tenant salt)."
         self.e, self.host = engine, engine.host
         self.states = engine.model if hasattr(engine.model, 'prefixes') else None   # a hybrid model: its checkpoints
-        self.ns = L3Namespace(engine.cfg.model_line(), self.host.mirror, salt=bytes.fromhex(self.plan.salt))
+        self.tp = engine.tp                 # tensor parallel: its shard's pages under keys of its own tp_rank
+        # the fault 'l3-wrong-rank': rank 1 of instance 2 looks its pages up under rank 0's keys (the checks must catch it)
+        wrong = engine.cfg.fault == 'l3-wrong-rank' and self.plan.role == 'get' and self.tp.rank == 1
+        self.ns = L3Namespace(engine.cfg.model_line(), self.host.mirror, salt=bytes.fromhex(self.plan.salt),
+                              tp_rank=0 if wrong else self.tp.rank, tp_size=self.tp.size)
+        if wrong: engine.faults.fired()
         if self.tier is None:
             self.tier = L3Tier(self.host.mirror, MooncakeStore(self.plan.master, local_hostname=self.plan.host), self.ns,
                                timeout_s=self.plan.timeout_s, probe_interval_s=1.0)
@@ -149,7 +156,7 @@ def load(self: L3Instance, r: Request):
     hit = self.check_match(r, keys, m, stored)
     ck = lambda j: checkpoint_key(self.ns, keys[j - 1])      # a hybrid resumes at a page stored with its checkpoint
     usable = (lambda n: n) if self.states is None else lambda n: next((j for j in range(n, 0, -1) if ck(j) in self.stored), 0)
-    k = usable(min(usable(hit), len(ht.free)))
+    k = self.fewest(usable(min(usable(hit), len(ht.free))))      # every tensor-parallel rank loads as many
     if k and not e.pages.ensure(r, k * ps): k = 0
     loaded = 0
     if k:
@@ -157,7 +164,7 @@ def load(self: L3Instance, r: Request):
         got = keys[:k] if self.states is None else keys[:k - 1] + [ck(k)]
         g = tier.get(got, host); g.wait(wait)
         self.check_bytes(r, got, host, g.prefix)
-        loaded = g.prefix if self.states is None or g.prefix == k else 0      # a hybrid: all, its checkpoint last
+        loaded = self.fewest(g.prefix if self.states is None or g.prefix == k else 0)   # a hybrid: all, checkpoint last
         if loaded:
             ht.mirror.load_pages(list(zip(r.pages[:loaded], host[:loaded])), e.stream)
             synchronize(e.device)
@@ -178,15 +185,20 @@ def load(self: L3Instance, r: Request):
 
 # %% ../../nbs/demo/35_l3.ipynb #ec7056be
 @patch
+def fewest(self: L3Instance, pages: int) -> int:
+    "The fewest `pages` of any tensor-parallel rank of this one's group (its own with one rank): their schedules must agree."
+    return pages if self.tp.size == 1 else -dist_all_reduce([-pages], 'max', group=self.tp.group)[0]
+
+@patch
 def check_match(self: L3Instance, r: Request, keys: list, m, stored: int) -> int:
     "The match's prefix, once checked: L3 holds no key instance 1 never put, and misses none it stored."
     hit = m.prefix
     odd = next((i for i in range(hit) if keys[i] not in self.plan.digests), None)
     if odd is not None:
-        raise DemoViolation(f"step {self.e.step_no}: L3 holds page {odd} of request {r.uid}'s prompt under a key "
+        raise DemoViolation(f"{self.e.at}: L3 holds page {odd} of request {r.uid}'s prompt under a key "
                             f"instance 1 never put")
     if hit < stored and m.codes[hit] == MISS:
-        raise DemoViolation(f"step {self.e.step_no}: L3 answered a miss for page {hit} of request {r.uid}'s prompt, "
+        raise DemoViolation(f"{self.e.at}: L3 answered a miss for page {hit} of request {r.uid}'s prompt, "
                             f"which instance 1 stored")
     return hit
 
@@ -195,7 +207,7 @@ def check_bytes(self: L3Instance, r: Request, keys: list, host: list, n: int):
     "Each of the first `n` pages got is byte for byte the page instance 1 put under its key (sha256)."
     for i in range(n):
         if hashlib.sha256(self.host.mirror.host_pages[host[i]].numpy()).hexdigest() != self.plan.digests[keys[i]]:
-            raise DemoViolation(f"step {self.e.step_no}: page {i} of request {r.uid}'s prompt, got from L3 into host "
+            raise DemoViolation(f"{self.e.at}: page {i} of request {r.uid}'s prompt, got from L3 into host "
                                 f"page {host[i]}, differs from the bytes instance 1 put under its key")
     self.e.stats['l3_pages_checked'] += n
 
@@ -220,14 +232,14 @@ def native_logs_to(path: str):
 
 # %% ../../nbs/demo/35_l3.ipynb #c06acb46
 def host_page_bytes(cfg: DemoConfig) -> int:
-    "Bytes of one host page, one L3 object, at `cfg`'s KV layout (the mirror's flat page; a pool on the meta device)."
-    return flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.kv_heads,
+    "Bytes of one host page, one L3 object, at `cfg`'s KV layout, one tensor-parallel rank's (the mirror's flat page; a pool on the meta device)."
+    return flat_bytes_per_host_page(PagedKVPool(2, cfg.page_size, cfg.layers, num_kv_heads=cfg.rank_kv_heads,
                                                 head_dim=cfg.head_dim, dtype=torch.float32, device='meta',
                                                 **MODELS[cfg.model].pool_layout(cfg)))   # a hybrid's state rows too
 
 def l3_segment_bytes(cfg: DemoConfig) -> int:
-    "The store segment the scenario mounts: 1.5 x every full prompt page instance 1 may put; 32 MiB at least."
-    return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) // 2)
+    "The store segment the scenario mounts: 1.5 x every full prompt page instance 1 may put (each tensor-parallel rank its shard's); 32 MiB at least."
+    return max(32 << 20, 3 * cfg.requests * (cfg.max_prompt // cfg.page_size) * host_page_bytes(cfg) * cfg.tp // 2)
 
 # %% ../../nbs/demo/35_l3.ipynb #90592c2a
 def second_config(cfg: DemoConfig) -> DemoConfig:
@@ -250,8 +262,9 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
     try:
         with native_logs_to(os.path.join(srv.log_dir, 'clients.log')):
             plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
-            put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
             two = second_config(cfg)
+            if cfg.tp > 1: return (*tp_instances(cfg, two, plan, srv.log_dir, progress, fault, info), info)
+            put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
             plan = _second_plan(plan, two, fault, srv.master_proc.pid, info)
             try: get = instance_process(two, plan, srv.log_dir, progress)[0]
             except DemoViolation as v:                   # the run's injections: instance 1's, then instance 2's
@@ -294,18 +307,75 @@ def instance_process(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool
 
 # %% ../../nbs/demo/35_l3.ipynb #6137aa78
 def instance_main(path: str) -> int:
-    "An engine instance's process: serve the run described at `path`, write its statistics and plan, or its violation."
+    "An engine instance's process (or one tensor-parallel rank of it: `rank`, `world`, `port`): serve the run described at `path`, write its statistics and plan, or its violation."
     with open(path) as f: a = json.load(f)
     cfg = DemoConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in a['cfg'].items()})
-    torch.set_num_threads(threads_per_rank(1))
+    world = a.get('world', 1)
+    torch.set_num_threads(threads_per_rank(world))
     plan = L3Plan(**a['plan'])
+    if world > 1: dist_init(a['rank'], world, a['port'])
+    _, tp = dist_groups(1, world)
     try:
         with native_logs_to(a['log']):
-            res = dict(stats=summary(serve(cfg, l3=L3Instance(plan), progress=a['progress'], label=a['label'])),
+            res = dict(stats=summary(serve(cfg, l3=L3Instance(plan), progress=a['progress'], label=a['label'], tp=tp)),
                        plan=dataclasses.asdict(plan))
     except DemoViolation as e: res = dict(violation=str(e), fault_fired=getattr(e, 'fault_fired', 0))
     with open(a['out'], 'w') as f: json.dump(res, f)
+    if 'stats' in res and world > 1:   # after a violation a peer may be blocked in a collective: no teardown (it exits)
+        del tp; gc.collect(); dist_close()
     return 0 if 'stats' in res else 1
+
+# %% ../../nbs/demo/35_l3.ipynb #20033b45
+def _rank_processes(cfg: DemoConfig, plans: list, workdir: str, progress: bool, number: int) -> list:
+    "Instance `number` as `len(plans)` tensor-parallel processes (`instance_main`, one plan each), waited for; each rank's result."
+    with socket.socket() as sk:
+        sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
+    pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))
+    env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
+    procs, outs = [], []
+    for rank, plan in enumerate(plans):
+        path, out = (os.path.join(workdir, f'instance{number}-tp{rank}{x}.json') for x in ('', '-stats'))
+        with open(path, 'w') as f:
+            json.dump(dict(cfg=dataclasses.asdict(cfg), plan=dataclasses.asdict(plan), out=out, log=os.path.join(
+                workdir, 'clients.log'), progress=progress, label=f' (instance {number})', rank=rank,
+                world=len(plans), port=port), f)
+        argv = [sys.executable, '-c', 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))', path]
+        procs.append(subprocess.Popen(argv, env=env, stderr=fileno(sys.stderr), preexec_fn=_end_with_parent)); outs.append(out)
+    while all(p.poll() is None for p in procs): time.sleep(0.05)
+    failed = any(p.returncode for p in procs if p.returncode is not None)
+    for p in procs:                                   # a rank failed: its peers may wait in a collective for it
+        try: p.wait(10 if failed else 3600)
+        except subprocess.TimeoutExpired: p.kill(); p.wait()
+    res = [json.load(open(o)) if os.path.exists(o) else {} for o in outs]
+    if v := next((r for r in res if 'violation' in r), None):
+        e = DemoViolation(f"instance {number}: {v['violation']}"); e.fault_fired = sum(r.get('fault_fired', 0) for r in res); raise e
+    if bad := next((i for i, (p, r) in enumerate(zip(procs, res)) if p.returncode or 'stats' not in r), None):
+        raise RuntimeError(f'instance {number}, tensor-parallel rank {bad}, exited with code {procs[bad].returncode} (its traceback is above)')
+    return res
+
+# %% ../../nbs/demo/35_l3.ipynb #2679aa6f
+def check_own_keys(plans: list):
+    "Raise (a `DemoViolation` naming both ranks) if two tensor-parallel ranks of instance 1 put a page under the same key."
+    seen = {}
+    for rank, plan in enumerate(plans):
+        for k in plan.digests:
+            if (other := seen.setdefault(k, rank)) != rank:
+                raise DemoViolation(f'tensor-parallel ranks {other} and {rank} of instance 1 put a page under the same '
+                                    f'L3 key {k[:24]}...: a rank\'s shard must be stored under keys of its own')
+
+def tp_instances(cfg: DemoConfig, two: DemoConfig, plan: L3Plan, workdir: str, progress: bool, fault: str, info: dict) -> tuple:
+    "The L3 scenario's two instances, each as `cfg.tp` tensor-parallel processes: (instance 1's statistics, instance 2's), rank 0's, each rank's L3 pages in `info['tp']`."
+    puts = _rank_processes(cfg, [dataclasses.replace(plan) for _ in range(cfg.tp)], workdir, progress, 1)
+    plans = [L3Plan(**r['plan']) for r in puts]
+    check_own_keys(plans)
+    try: gets = _rank_processes(two, [_second_plan(p, two, fault, 0, info) for p in plans], workdir, progress, 2)
+    except DemoViolation as v:
+        v.fault_fired = sum(r['stats']['fault_fired'] for r in puts) + getattr(v, 'fault_fired', 0); raise
+    info['tp'] = [dict(rank=i, pages_put=p['stats']['l3_put_pages'], pages_loaded=g['stats']['l3_hit_pages'],
+                       pages_checked=g['stats']['l3_pages_checked'], keys=len(pl.digests))
+                  for i, (p, g, pl) in enumerate(zip(puts, gets, plans))]
+    fired = lambda rs: sum(r['stats']['fault_fired'] for r in rs)
+    return {**puts[0]['stats'], 'fault_fired': fired(puts)}, {**gets[0]['stats'], 'fault_fired': fired(gets)}
 
 # %% ../../nbs/demo/35_l3.ipynb #c51a0002
 def run_l3_on_hosts(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
@@ -335,7 +405,8 @@ def l3_report(put: dict, get: dict, info: dict) -> str:
     failed, rec = get['l3_failed_pages'], get['l3_tokens_recomputed']
     short = f"; {get['l3_short_pages']} not loaded for want of free pages" if get['l3_short_pages'] else ''
     where = ('each instance in a process of its own, each server and instance on a network host of its own'
-             if 'hosts' in info else 'instance 1 here, instance 2 in a second process')
+             if 'hosts' in info else f"each instance as {len(info['tp'])} tensor-parallel processes" if info.get('tp')
+             else 'instance 1 here, instance 2 in a second process')
     lines = [
         f"L3 tier              a Mooncake master ({info['master']}) and a store process (pids "
         f"{', '.join(map(str, info['pids']))}), started for this run and stopped by pid; {where}; {info['systems']} "
@@ -354,7 +425,11 @@ def l3_report(put: dict, get: dict, info: dict) -> str:
         f"K and V at loaded positions compared with transformers {get['l3_kv_compared']} times (after every step)",
         f"instance 2           {get['steps']} steps, {get['finished']} requests finished, each output equal to "
         f"generate's; {get['logits_compared']} tokens' logits (max |difference| {get['max_logit_diff']:.1e}), "
-        f"{get['kv_compared']} cached positions' K and V (max {get['max_kv_diff']:.1e}); {get['checks']} checks passed"]
+        f"{get['kv_compared']} cached positions' K and V (max {get['max_kv_diff']:.1e}); {get['checks']} checks passed",
+        *([f"L3 per rank          " + '; '.join(f"tensor-parallel rank {t['rank']}: {t['pages_put']} pages put, "
+                                                f"{t['pages_loaded']} loaded" for t in info['tp']) +
+           f" (the figures above: rank 0's); each rank's shard under keys of its own tp_rank, none shared"]
+          if info.get('tp') else [])]
     if get['l3_killed_at']:
         lines.append(f"L3 fault             the master (pid {info['killed_pid']}) was killed at step "
                      f"{get['l3_killed_at']} of instance 2: {failed} pages failed, {rec} prefill tokens recomputed; "
@@ -382,7 +457,7 @@ def l3_json(put: dict, get: dict, info: dict) -> dict:
                 prefill_tokens_recomputed=get['l3_tokens_recomputed'], pages_byte_checked=get['l3_pages_checked'],
                 loaded_kv_compared=get['l3_kv_compared'], pages_put_with_checkpoint=put['l3_checkpoints'],
                 checkpoints_resumed=get['l3_checkpoints'],
-                hosts=info.get('hosts'), caps=info.get('caps'),
+                hosts=info.get('hosts'), caps=info.get('caps'), tp_ranks=info.get('tp'),
                 partitions=[p | dict(cut_at_step=get['l3_cut_at'] or None, healed_at_step=get['l3_healed_at'] or None,
                                      pages_failed=get['l3_cut_pages']) for p in info.get('partitions', [])],
                 second_instance={k: get[k] for k in ('steps', 'finished', 'checks', 'logits_compared', 'kv_compared',

@@ -56,6 +56,10 @@ FAULTS = {   # --fault: what it breaks, what a run needs for it to fire, the opt
                                 options='--model hybrid, the L3 scenario', model='hybrid', outcome='caught'),
     'wrong-shard': dict(does="makes tensor-parallel rank 1 compute with rank 0's shard of the model (its query and KV "
                              "heads, its MLP rows)", needs='--tp 2', options='--tp 2', tp=2, outcome='caught'),
+    'l3-wrong-rank': dict(does="makes tensor-parallel rank 1 of the second instance look its pages up under rank 0's "
+                               "L3 keys", needs='--tp 2, the L3 scenario, and a request of the second instance that '
+                               'loads a page from L3 (one sharing a system prompt with a request of the first instance)',
+                          options='--tp 2, the L3 scenario', tp=2, outcome='caught'),
     'l3-down': dict(does="kills the Mooncake master in the middle of the second instance's run",
                     needs="the L3 scenario, and a second instance whose run reaches the step the master is killed at",
                     options='the L3 scenario', outcome='survived'),
@@ -84,8 +88,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument('--tp', type=int_arg(1, MAX_TP), default=1, metavar='T',
                     help=f'tensor-parallel ranks of each data-parallel rank, 1 to {MAX_TP}: each holds 1/T of the '
                          f"Llama's query heads, KV heads and MLP rows and a pool of its KV heads, and all-reduces the "
-                         f'outputs of o_proj and down_proj; --ranks x --tp processes in all (--model llama only; the L3 '
-                         f'scenario is skipped with --tp 2) (default: 1)')
+                         f'outputs of o_proj and down_proj; --ranks x --tp processes in all (--model llama only; in the L3 '
+                         f'scenario each rank puts and gets its shard under keys of its own) (default: 1)')
     ap.add_argument('--requests', type=int_arg(1, MAX_REQUESTS), metavar='N',
                     help=f'requests per rank, 1 to {MAX_REQUESTS} (the requests may hold {REQUEST_BUDGET >> 30} GiB of host '
                          f'memory, at most {MAX_REQUEST_BYTES} bytes each; fewer '
