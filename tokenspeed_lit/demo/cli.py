@@ -287,7 +287,7 @@ def run(ap: argparse.ArgumentParser, a: argparse.Namespace) -> int:
           ('' if skip else f'; a Mooncake master and a store process start on this machine, the store segment '
                            f'{l3_segment_bytes(cfg) / 2**20:.0f} MiB of host memory, stopped at the end'))
     if not skip:
-        print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, another process) loads '
+        print(f'then a second engine instance ({min(cfg.l3_requests, cfg.requests)} requests, ' + ('another process' if cfg.tp == 1 else f'{cfg.tp} more tensor-parallel processes') + ') loads '
               f'the shared system prompts the first stored in Mooncake Store' +
               (', whose master is killed in the middle of its run' if a.fault == 'l3-down' else '') +
               (f"; the master, the store process and each instance on a network host of its own (namespaces), the store "
