@@ -48,6 +48,11 @@ FULL = dict(page_sizes=(16, 64), pages=1024, layers=32, heads=8, head_dim=128, c
 TINY = dict(page_sizes=(2, 4), pages=24, layers=2, heads=2, head_dim=8, caller_pages=8, chunk_pages=4)
 
 
+
+def _gbps(nbytes: int, seconds: float) -> float:
+    "Throughput in GB/s to 4 significant figures: a tiny run's few KB read as what they measured, never rounded to 0."
+    return float(f'{nbytes / seconds / 1e9:.4g}')
+
 def mooncake_version() -> str:
     for dist in ('mooncake-transfer-engine-non-cuda', 'mooncake-transfer-engine'):
         try: return f'{dist}=={metadata.version(dist)}'
@@ -228,8 +233,8 @@ def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk
                         keys = ns_tier.keys(toks())
                         dp, h = timed(lambda: _wait(tv.put(src, keys))); check_all(h.codes, 'sweep put'); h.wait_released()
                         dg, g = timed(lambda: _wait(tv.get(keys, dst))); check_all(g.codes, 'sweep get'); g.wait_released()
-                    sweep.append(dict(workers=workers, batch_MiB=batch_mib, put_GBps=round(total / dp / 1e9, 3),
-                                      get_GBps=round(total / dg / 1e9, 3)))
+                    sweep.append(dict(workers=workers, batch_MiB=batch_mib, put_GBps=_gbps(total, dp),
+                                      get_GBps=_gbps(total, dg)))
                 except Exception as e:
                     sweep.append(dict(workers=workers, batch_MiB=batch_mib, error=f'{type(e).__name__}: {e}'))
         finally:
@@ -237,16 +242,16 @@ def one_page_size(page_size, pages, layers, heads, head_dim, caller_pages, chunk
             raw.close()
     med = {k: statistics.median(v[1:]) for k, v in t.items()}
     mk = lambda op: dict(
-        op=op, page_size=page_size, pages=pages, page_bytes=pb, tier_GBps=round(total / med[f'tier_{op}'] / 1e9, 3),
-        raw_GBps=round(total / med[f'raw_{op}'] / 1e9, 3), ratio=round(med[f'raw_{op}'] / med[f'tier_{op}'], 3),
-        tier_GBps_all=[round(total / x / 1e9, 3) for x in t[f'tier_{op}']],
-        raw_GBps_all=[round(total / x / 1e9, 3) for x in t[f'raw_{op}']],
+        op=op, page_size=page_size, pages=pages, page_bytes=pb, tier_GBps=_gbps(total, med[f'tier_{op}']),
+        raw_GBps=_gbps(total, med[f'raw_{op}']), ratio=round(med[f'raw_{op}'] / med[f'tier_{op}'], 3),
+        tier_GBps_all=[_gbps(total, x) for x in t[f'tier_{op}']],
+        raw_GBps_all=[_gbps(total, x) for x in t[f'raw_{op}']],
         caller_us=round(statistics.median(caller[op]) / 1e3, 1), caller_us_min=round(min(caller[op]) / 1e3, 1),
         caller_us_hot=round(statistics.median(caller_hot[op]) / 1e3, 1),
         caller_us_in_loop=round(statistics.median(caller_loop[op]) / 1e3, 1),
         caller_us_serving=round(statistics.median(caller_srv[op]) / 1e3, 1),
         caller_us_serving_max=round(max(caller_srv[op]) / 1e3, 1), caller_us_first=round(first[op] / 1e3, 1), caller_first_pages=pages,
-        caller_pages=cp, match_us_per_key=round(statistics.median(match_us), 3))
+        caller_pages=cp, match_us_per_key=float(f'{statistics.median(match_us):.4g}'))
     pipe['sweep'] = sweep
     return [mk('put'), mk('get')], pipe
 
