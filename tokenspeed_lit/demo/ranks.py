@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from ..core.device import HAS_ACCEL, default_device
+from ..core.contract import check_int
 
 # %% auto #0
 __all__ = ['dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close', 'TensorParallel', 'dist_groups']
@@ -70,10 +71,8 @@ class TensorParallel:
     group: object = None
 
     def __post_init__(self):
-        for name, v, hi in (('tp size', self.size, None), ('tp rank', self.rank, self.size - 1)):
-            if type(v) is not int or v < 0 or (hi is not None and v > hi) or (hi is None and v < 1):
-                raise ValueError(f'{name} must be an integer in [{0 if hi is not None else 1}, '
-                                 f'{hi if hi is not None else "inf"}], got {v!r}')
+        object.__setattr__(self, 'size', check_int('tp size', self.size, lo=1))            # frozen: set once, here
+        object.__setattr__(self, 'rank', check_int('tp rank', self.rank, 0, self.size - 1))
 
     def part(self, what: str, n: int, rank: int | None = None) -> slice:
         "The share of `n` `what` (heads, KV heads, MLP rows) that rank `rank` (default: this one) holds: its contiguous `n / size`."
