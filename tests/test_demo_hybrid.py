@@ -102,7 +102,10 @@ def test_demo_hybrid_l3_faults_are_caught(fault, tmp_path):
     v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
     if fault == 'l3-bad-page': assert 'instance 2' in v and 'layer 3 K of request 5000' in v and 'at position 1' in v, v
     else: assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
-    assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] == 1
+    # l3-wrong-checkpoint fires once per request resumed before the step that checks them: on a GPU several resume
+    # together (8 of 24 on the H200)
+    fired = json.loads((tmp_path / 'r.json').read_text())['fault_fired']
+    assert fired == 1 if fault == 'l3-bad-page' else fired >= 1, fired
 
 def test_hybrid_padded_rows_must_write_the_padding_row():
     "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."

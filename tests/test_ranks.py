@@ -52,7 +52,7 @@ def test_two_ranks_end_their_group_in_dist_close(tmp_path):
         assert sorted(l['rank'] for l in lines) == [0, 1], r.stdout + r.stderr
         for l in lines:
             assert l['total'] == [3, 38]
-            assert 'pt_gloo_runloop' in l['before'] and 'gloo_tcp_loop' in l['before'], l
+            assert any('gloo' in t for t in l['before']), l      # gloo's threads ran (their names vary by build)
             assert l['after'] == [], l                  # joined in dist_close, none left for the interpreter's exit
 
 

@@ -171,6 +171,6 @@ def test_the_example_prints_what_the_readme_shows():
     shown = re.search(re.escape(f'```python\n{src}\n```') + r'\n\n```\n(.*?)\n```', README.read_text(), re.S)
     assert shown, 'no output shown after the README example'
     p = subprocess.run([sys.executable, '-c', src], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, 'PYTHONPATH': str(ROOT)})
+                       env={**os.environ, 'PYTHONPATH': os.pathsep.join(filter(None, (str(ROOT), os.environ.get('PYTHONPATH'))))})
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.rstrip('\n') == shown.group(1), f'the example prints\n{p.stdout}\nthe README shows\n{shown.group(1)}'

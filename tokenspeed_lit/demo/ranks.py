@@ -8,7 +8,7 @@ import os, sys, types
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
-from ..core.device import HAS_ACCEL, default_device
+from ..core.device import HAS_ACCEL, default_device, is_accel
 from ..core.contract import check_int
 
 # %% auto #0
@@ -84,6 +84,10 @@ class TensorParallel:
         "Sum the partial `t` over the group, in place (every rank gets the whole); nothing with one rank."
         if self.size > 1: dist.all_reduce(t, group=self.group)
         return t
+
+    def capturable(self, device) -> bool:
+        "Whether a graph captured on `device` can hold `all_reduce`: with one rank (nothing to sum) or on the CPU (whose graph runs its function) always; on a GPU only over NCCL, which runs on the device (gloo's runs on the host, outside anything a capture records)."
+        return self.size == 1 or not is_accel(device) or dist.get_backend(self.group) == 'nccl'
 
 # %% ../../nbs/demo/27_ranks.ipynb #08c7f508
 def dist_groups(ranks: int, tp: int) -> tuple:

@@ -172,7 +172,7 @@ class PagedLlama:
 class LlamaModel:
     "The model the demo's engine runs (a transformers Llama with random weights, paged: `PagedLlama`) and its reference."
     DEFAULTS = {}           # the demo's config as it is
-    capturable = True       # its decode forward is captured as a graph
+    capturable = True       # its decode forward is captured as a graph (a shard's: where its all-reduce can be)
     extra_pages = 0         # pages a request holds beside its KV pages
 
     def __init__(self, cfg, pool: PagedKVPool, bufs: InputBuffers, batch_table: torch.Tensor, max_positions: int, device,
@@ -180,6 +180,7 @@ class LlamaModel:
         self.llm = tiny_llama(cfg.vocab, cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate,
                               max_positions=max_positions, seed=cfg.model_seed, device=device)
         self.tp, self.kv_part = tp, tp.part('kv_heads', cfg.kv_heads)
+        self.capturable = tp.capturable(device)      # two shards on one GPU sum over gloo: their decode runs eagerly
         # the fault 'wrong-shard': tensor-parallel rank 1 takes rank 0's shard (the checks must catch it)
         self.wrong_shard = cfg.fault == 'wrong-shard' and tp.rank == 1
         self.paged = PagedLlama(self.llm, pool, bufs, batch_table, tp=tp,     # reads the batch-ordered table
