@@ -489,3 +489,17 @@ def test_a_rank_with_another_ranks_shard_is_caught(tmp_path):
     assert ("differ from transformers'" in v or "differs from transformers'" in v) and 'of request' in v, v
     rep = json.loads((tmp_path / 'r.json').read_text())
     assert not rep['passed'] and rep['config']['tp'] == 2 and rep['config']['fault'] == 'wrong-shard'
+
+
+def test_a_llama_whose_all_reduce_cannot_be_captured_runs_its_decode_eagerly(monkeypatch):
+    "Where a graph cannot hold the shards' all-reduce (two shards on one GPU, over gloo), `LlamaModel` is not capturable: the same run passes every check with its decode steps launched from ring slots and run eagerly, no graph replayed (the path `--tp 2` takes on a one-GPU machine, here with one rank)."
+    from tokenspeed_lit.demo.ranks import TensorParallel
+    from tokenspeed_lit.demo.requests import DemoConfig
+    from tokenspeed_lit.demo.scheduler import serve
+    cfg = DemoConfig.for_device(requests=3, max_steps=60)
+    graphed = serve(cfg, progress=False)
+    monkeypatch.setattr(TensorParallel, 'capturable', lambda self, device: False)
+    eager = serve(cfg, progress=False)
+    assert graphed['graph_replays'] > 0 and eager['graph_replays'] == 0, (graphed['graph_replays'], eager['graph_replays'])
+    for k in ('finished', 'steps', 'graph_steps', 'tokens', 'checks'):
+        assert eager[k] == graphed[k] > 0, (k, eager[k], graphed[k])
