@@ -64,7 +64,7 @@ def _demo(d):
 def _demo_hybrid(d):
     l3, two = d['l3'], d['l3']['second_instance']
     return [d['requests'], l3['requests'], d['checks'], two['checks'], max(d['max_logit_diff'], two['max_logit_diff']),
-            d['max_state_diff'], l3['pages_hit'], l3['prefill_tokens_saved'], d['elapsed_s']]
+            d['max_state_diff'], d['graph_replays'], l3['pages_hit'], l3['prefill_tokens_saved'], d['elapsed_s']]
 
 EXPECTED = {'positions': _positions, 'input_buffers': _input_buffers, 'host_overhead': _host_overhead,
             'serving_loop': _serving_loop, 'host_interference': _host_interference, 'l3': _l3, 'demo': _demo,
