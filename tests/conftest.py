@@ -3,26 +3,46 @@ from hypothesis import settings, HealthCheck
 
 import tokenspeed_lit.core.device  # noqa: F401  (decides TRITON_INTERPRET before any kernel module imports triton)
 
-# The Triton interpreter is slow (about 1 ms per program): keep example counts CI-sized, no deadline.
+# Hypothesis profiles, one for each place the suite runs (HYPOTHESIS_PROFILE names one; else `gpu` where there is an
+# accelerator, `ci` where there is none). Each property runs its profile's count, or `kernel_examples(n)`'s.
+# - `ci`: `make test` on a CPU, CI's fresh 2-core clone among them, whose time issue 50 bounds (8 minutes, setup
+#   included). Every kernel runs through the Triton interpreter (about 1 ms a program, 0.1-0.4 s an example of a
+#   staging property): a property runs 40 examples, a kernel property CI_KERNEL_EXAMPLES. The depth is the GPU suite's.
+# - `gpu`: `make test-gpu`, the deep counts: a property 50 examples, a kernel property its own n (80-150), compiled.
+#   At 200 examples six properties (each example a new step, graph captures, compiles) ran past 90 s each and the
+#   whole suite past 340 s on the H200, so `make test-gpu` could not keep its 240 s.
+# - `sanitize`: `make sanitize`, the kernel tests under compute-sanitizer, where every kernel runs tens of times slower:
+#   25 examples a property, kernel properties included (at 6 the five kernel test files took 30 s under memcheck on
+#   the H200, once captures stopped emptying the cache). At 25 the seven files took 54 s in all (issue 40). They had
+#   run past 500 s, not for the examples: with host backtraces on, memcheck kept every launch's Python frames, so no
+#   step was freed and every synchronize slowed down as they piled up (tools/gpu_suite.py's docstring); the suite
+#   now asks for device backtraces only.
 settings.register_profile('ci', max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-# On a GPU: more than CI; at 200 examples six properties (each example a new step, graph captures, compiles) ran past
-# 90 s each and the whole suite past 340 s on the H200, so `make test-gpu` could not keep its 240 s.
 settings.register_profile('gpu', max_examples=50, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-# Under compute-sanitizer (`make sanitize`) every kernel runs tens of times slower: fewer examples per property
-# (at 6 the five kernel test files took 30 s under memcheck on the H200, once captures stopped emptying the cache).
-# At 25 the seven files took 54 s in all (issue 40). They had run past 500 s, not for the examples: with host
-# backtraces on, memcheck kept every launch's Python frames, so no step was freed and every synchronize slowed down
-# as they piled up (tools/gpu_suite.py's docstring); the suite now asks for device backtraces only.
 settings.register_profile('sanitize', max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Without an accelerator, one intra-op thread per process, this one and every process a test starts (OMP_NUM_THREADS),
+# as the demo's ranks run on a CPU (demo.scheduler.threads_per_rank): `make test` runs several workers and their
+# subprocesses on few cores, where torch's threads waiting for each other on a busy machine cost more than the work
+# (test_hybrid.py: 15 CPU-seconds alone with one thread, 20 with two, 73 beside the other workers with two).
+if not tokenspeed_lit.core.device.HAS_ACCEL:
+    import torch
+    os.environ.setdefault('OMP_NUM_THREADS', '1')
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+
 PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'gpu' if tokenspeed_lit.core.device.HAS_ACCEL else 'ci')
 settings.load_profile(PROFILE)
+# A kernel property's examples under `ci`: at 80-150 (the GPU's counts) the five fill properties of
+# test_input_buffers.py took 79 s of a 2-core CI run and the kernel files 215 s in all.
+CI_KERNEL_EXAMPLES = 20
 
 
 def kernel_examples(n: int) -> int:
-    "Examples for a kernel property: at least `n` (more than CI's 40), except under the sanitizer's small profile."
+    """Examples for a property that launches kernels: at least `n` on a GPU (more than a property's 50 where n is),
+    the profile's own under the sanitizer, CI_KERNEL_EXAMPLES under `ci` (interpreted)."""
+    if PROFILE == 'ci': return CI_KERNEL_EXAMPLES
     return settings.default.max_examples if PROFILE == 'sanitize' else max(n, settings.default.max_examples)
 
 

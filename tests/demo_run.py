@@ -1,6 +1,6 @@
-"""What the demo's tests share: the demo as a subprocess, its default runs (once per worker), the size of a hybrid
-run `make test` affords, and readers of its summary."""
-import functools, os, subprocess, sys
+"""What the demo's tests share: the demo as a subprocess, its default runs and a hybrid run (each once per worker: two
+tests read one run), the size of a hybrid run `make test` affords, and readers of its summary."""
+import functools, json, os, subprocess, sys, tempfile
 from tokenspeed_lit.core.device import triton_interpreted
 
 
@@ -16,6 +16,15 @@ def demo(*args, timeout=600):
 def default_run(ranks: int):
     "`make demo`'s run (one rank: 64 requests, on every device, so that `make test-gpu` keeps its time), once per module."
     return demo('--ranks', str(ranks), '--requests', '24' if ranks > 1 else '64')
+
+
+@functools.lru_cache(maxsize=None)
+def hybrid_run():
+    "`--model hybrid --no-l3` at HYBRID_N requests, once per module: (the finished process, its JSON report)."
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, 'r.json')
+        r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--report', out)
+        return r, (json.load(open(out)) if os.path.exists(out) else None)
 
 
 # Hybrid runs as small as `make test` affords and large enough for a prefix hit: a shared system prompt's checkpoint

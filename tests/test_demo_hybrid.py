@@ -1,12 +1,11 @@
 """`make demo DEMO_ARGS="--model hybrid"` at sizes `make test` affords: a transformers Qwen3.5 whose Gated DeltaNet
 states live in the pool's state slabs, checked every step (logits, K and V, working states, checkpoints, the padding
-row); its faults caught; its decode steps replayed as captured graphs; two data-parallel ranks with dummy steps; L3
-checkpoints loaded by a second instance. A file of its own: pytest-xdist (`--dist loadfile`) runs it beside the
-other demo tests."""
+row); its faults caught; its decode steps replayed as captured graphs; two data-parallel ranks with dummy steps. Its L3
+scenario (checkpoints loaded by a second instance) is in test_demo_hybrid_l3.py. A file of its own: pytest-xdist
+(`--dist loadfile`) runs it beside the other demo tests."""
 import json, re
 import pytest
-from l3_servers import mooncake_missing
-from demo_run import demo, HYBRID_N, line
+from demo_run import demo, hybrid_run, HYBRID_N, line
 
 
 def test_hybrid_ranks_check_their_dummy_steps():
@@ -22,7 +21,7 @@ def test_hybrid_ranks_check_their_dummy_steps():
 
 def test_demo_hybrid_model_passes_every_check():
     "`--model hybrid`: a transformers Qwen3.5 whose Gated DeltaNet states live in the pool's state slabs; its logits, K and V, working states and checkpoints checked every step (a small run: `make test`'s time)."
-    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N))
+    r, _ = hybrid_run()
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'model: transformers Qwen3.5 (hybrid), 3 Gated DeltaNet + 1 full-attention layers' in r.stdout
     states, logits = line(r, 'states compared').split(), line(r, 'logits compared').split()
@@ -60,52 +59,14 @@ def test_demo_hybrid_catches_a_padded_row_staged_onto_a_live_row(tmp_path):
     assert json.loads((tmp_path / 'r.json').read_text())['fault_fired'] == 1
 
 
-def test_demo_hybrid_decode_steps_are_graph_replays(tmp_path):
-    "--model hybrid: its decode steps replay the captured decode graph, some of them padded; the report and its JSON count both."
-    r = demo('--model', 'hybrid', '--no-l3', '--requests', str(HYBRID_N), '--report', str(tmp_path / 'r.json'))
+def test_demo_hybrid_decode_steps_are_graph_replays():
+    "--model hybrid: its decode steps replay the captured decode graph, some of them padded; the report and its JSON count both (the run test_demo_hybrid_model_passes_every_check reads)."
+    r, j = hybrid_run()
     assert r.returncode == 0, r.stdout + r.stderr
-    j = json.loads((tmp_path / 'r.json').read_text())
     assert j['graph_replays'] == j['step_kinds']['graph_steps'] > 0 and 0 < j['padded_graph_steps'] <= j['graph_replays']
     assert f"{j['graph_replays']} replays of a captured graph, {j['padded_graph_steps']} of them padded" in r.stdout
 
 
-
-@mooncake_missing
-def test_demo_hybrid_l3_scenario_resumes_from_loaded_checkpoints(tmp_path):
-    "`--model hybrid` with L3: instance 1 puts its prompt pages and, under keys of their own, the pages whose state row holds a checkpoint; instance 2 loads a shared prefix up to such a page and resumes from its state row, every check passed."
-    r = demo('--model', 'hybrid', '--requests', str(HYBRID_N), '--report', str(tmp_path / 'report.json'))
-    assert r.returncode == 0, r.stdout + r.stderr
-    rep = json.load(open(tmp_path / 'report.json'))
-    record = ('gpu', 'torch', 'triton', 'transformers', 'passed', 'requests', 'steps', 'tokens_compared', 'max_logit_diff',
-              'max_state_diff', 'prefix_hits', 'tokens_saved', 'checkpoints_written', 'checkpoints_reused', 'elapsed_s')
-    assert set(record) <= set(rep) and rep['passed'] and rep['requests'] == HYBRID_N and rep['steps'] > 0    # the run record
-    assert rep['tokens_compared'] > 0 and 0 <= rep['max_state_diff'] <= 1e-4 and 0 <= rep['max_logit_diff'] <= 1e-4
-    assert rep['checkpoints_written'] >= rep['checkpoints_reused'] == rep['prefix_hits'] > 0 and rep['tokens_saved'] > 0
-    l3 = rep['l3']
-    assert l3['pages_hit'] > 0 and l3['pages_byte_checked'] == l3['pages_hit'] and l3['pages_failed'] == 0
-    assert l3['pages_put_with_checkpoint'] > 0 and 0 < l3['checkpoints_resumed'] == l3['requests_hit']
-    assert l3['loaded_kv_compared'] > 0 and l3['second_instance']['finished'] == min(HYBRID_N, 64) and l3['second_instance']['checks'] > 0
-    assert 'requests resumed from the checkpoint in their last loaded' in line(r, 'L3 hits (instance 2)')
-    assert "each output equal to generate's" in line(r, 'instance 2 ') and r.stdout.rstrip().splitlines()[-1].startswith('all checks passed')
-
-
-@mooncake_missing
-@pytest.mark.parametrize('fault', ['l3-wrong-checkpoint', 'l3-bad-page'])
-def test_demo_hybrid_l3_faults_are_caught(fault, tmp_path):
-    """--fault l3-wrong-checkpoint: instance 2 resumes a request loaded from L3 from the state row of the page before
-    its checkpoint's; the state or logits check names the request. --fault l3-bad-page on the hybrid model spoils K in
-    its full-attention layer (its first layers keep states: the injection into layer 0 ended in a traceback, 17 s in),
-    and the K and V check names the layer, request and position."""
-    r = demo('--model', 'hybrid', '--requests', str(HYBRID_N), '--fault', fault, '--report', str(tmp_path / 'r.json'))
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert 'Traceback' not in r.stderr, r.stderr
-    v = next(l for l in r.stdout.splitlines() if 'VIOLATION' in l)
-    if fault == 'l3-bad-page': assert 'instance 2' in v and 'layer 3 K of request 5000' in v and 'at position 1' in v, v
-    else: assert 'instance 2' in v and ('copies) of request 5000' in v or 'logits of request 5000' in v), v
-    # l3-wrong-checkpoint fires once per request resumed before the step that checks them: on a GPU several resume
-    # together (8 of 24 on the H200)
-    fired = json.loads((tmp_path / 'r.json').read_text())['fault_fired']
-    assert fired == 1 if fault == 'l3-bad-page' else fired >= 1, fired
 
 def test_hybrid_padded_rows_must_write_the_padding_row():
     "A step with padded rows must change the padding state row (zeroed before it), and a step without them need not: the check alone, on the model's own bookkeeping after such steps."

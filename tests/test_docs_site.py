@@ -11,7 +11,7 @@ dump of a dict, JSON or a profiler's listing: `DUMP_CHARS`), no absolute path of
 on what its output shows, not on a code cell with none. A failure names the page and shows the offending text.
 
 Screenshots of the home page and of one module page go to test-artifacts/docs/ (git-ignored)."""
-import html.parser, importlib, json, os, re, shutil, subprocess, sys, threading, urllib.error, urllib.request
+import functools, html.parser, importlib, json, os, re, shutil, subprocess, sys, threading, urllib.error, urllib.request
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -224,10 +224,45 @@ def test_no_asset_from_the_network(site):
            for m in pat.finditer(f.read_text(errors='replace'))]
     assert not bad, '\n'.join(bad)
 
+# Pages opened ahead of the tests that check them: each page waits for a quiet network (500 ms without a request, so
+# that a late request's failure is seen) after it loads; AHEAD pages do their loading and waiting in the background
+# while a test checks the page before them, each in a context of its own as before.
+AHEAD = 4
+
+@pytest.fixture(scope='module')
+def opened(request, browser, base_url):
+    "`opened(doc)`: a `Page` on `doc`, loaded and quiet, the next AHEAD pages of this run's `test_page` opened meanwhile."
+    order = [i.callspec.params['doc'] for i in request.session.items
+             if i.originalname == 'test_page' and i.path == request.path]
+    started = {}
+    def start(doc):
+        if doc not in started:
+            started[doc] = Page(browser, base_url)
+            started[doc].page.goto(f'{base_url}{doc}.html', wait_until='commit')
+    def get(doc):
+        after = order[order.index(doc) + 1:][:AHEAD] if doc in order else []
+        for d in [doc, *after]: start(d)
+        page = started.pop(doc)
+        page.page.wait_for_load_state('load')
+        page.page.wait_for_load_state('networkidle')
+        return page
+    yield get
+    for page in started.values(): page.close()
+
+# The links from backticked names on each page `test_page` checked: test_api_names_link_to_their_entries reads them
+# instead of loading every page again.
+_name_links = {}
+NAME_LINKS = 'article a.reference.internal:has(code)'
+
 @pytest.mark.parametrize('nb,doc', PAGES, ids=[d for _, d in PAGES])
-def test_page(nb, doc, page, base_url):
-    p = page.goto(f'{base_url}{doc}.html')
-    p.wait_for_load_state('networkidle')
+def test_page(nb, doc, opened, base_url):
+    page = opened(doc)
+    try: check_page(page, doc, base_url)
+    finally: page.close()
+
+def check_page(page, doc, base_url):
+    "Every rule of the site on the open page `doc`: each failure names the page and the rule and shows what broke it."
+    p = page.page
     page.check_clean(f'{doc}.html')
     assert p.locator('article h1').first.is_visible()
     # the navigation sidebar lists every page
@@ -277,6 +312,7 @@ def test_page(nb, doc, page, base_url):
     if doc == 'index' or doc == MODULE_PAGE:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         p.screenshot(path=str(ARTIFACTS / f'{"home" if doc == "index" else "module-" + doc}.png'), full_page=True)
+    _name_links[doc] = p.eval_on_selector_all(NAME_LINKS, 'els => els.map(e => e.href)')
 
 SIDEBAR = ['Library', 'Tiers', 'L3', 'Models and demo', 'Benchmarks', 'Performance']
 
@@ -288,6 +324,9 @@ LAST_BLOCK_JS = """() => { let el = document.querySelector('article section');
     const last = el.lastElementChild;
     return {cell: last.matches('div.cell'), output: !!last.querySelector('.cell_output'), text: last.textContent.trim()}; }"""
 
+@functools.cache
+def _sidebar(): return build_docs.sidebar(PAGES)      # (it reads settings.ini for every page: once per run)
+
 def check_sidebar_groups(p, doc, base_url):
     "The sidebar of the open page shows the groups' captions in order, each over exactly its pages."
     shown = p.eval_on_selector_all('.sidebar-tree p.caption', """els => els.map(e => {
@@ -295,7 +334,7 @@ def check_sidebar_groups(p, doc, base_url):
         return [e.textContent.trim(), ul ? [...ul.querySelectorAll(':scope > li > a.reference')].map(a => a.href) : []];
     })""")
     assert [c for c, _ in shown] == SIDEBAR, f'{doc}.html: sidebar captions {[c for c, _ in shown]}, not the groups {SIDEBAR}'
-    for (caption, hrefs), (_, docs) in zip(shown, build_docs.sidebar(PAGES)):
+    for (caption, hrefs), (_, docs) in zip(shown, _sidebar()):
         hrefs = [urldefrag(h)[0] for h in hrefs]      # the current page's own entry links to '#'
         assert hrefs == [f'{base_url}{d}.html' for d in docs], f'{doc}.html: the {caption} group lists {hrefs}'
 
@@ -317,23 +356,38 @@ def test_the_sidebar_shows_the_groups(doc, page, base_url):
     check_sidebar_groups(p, doc, base_url)
     page.check_clean(f'{doc}.html')
 
-def test_api_names_link_to_their_entries(page, base_url):
+def test_api_names_link_to_their_entries(opened, base_url):
     "nbdev's links from backticked names (here in show_doc docstrings and prose) land on the entry."
     links = []
     for _, doc in PAGES:
-        p = page.goto(f'{base_url}{doc}.html')
-        links += p.eval_on_selector_all('article a.reference.internal:has(code)', 'els => els.map(e => e.href)')
+        if doc not in _name_links:          # a page test_page did not check in this run
+            page = opened(doc)
+            try: _name_links[doc] = page.page.eval_on_selector_all(NAME_LINKS, 'els => els.map(e => e.href)')
+            finally: page.close()
+        links += _name_links[doc]
     entries = [h for h in links if '#' in h and urldefrag(h)[1].startswith(build_docs.settings()['lib_name'] + '.')]
     assert entries, 'no link from a name to its API entry anywhere on the site'
     assert not broken_links(entries, base_url)
 
-def _search_cases():
+def _search_names():
+    "(name, fully qualified name) of every exported name; FlatHostMirror's where its module is in the tree."
     names = sorted({(n, fq) for v in exported().values() for n, fq in v if n != 'FlatHostMirror'})
-    cases = [pytest.param(n, fq, id=n) for n, fq in names]
     host = 'tokenspeed_lit.tiers.host_mirror'
-    cases.append(pytest.param('FlatHostMirror', f'{host}.FlatHostMirror', id='FlatHostMirror', marks=pytest.mark.skipif(
-        not _importable(host), reason=f'{host} is not in this tree yet (the check applies once it is)')))
-    return cases
+    return names + ([('FlatHostMirror', f'{host}.FlatHostMirror')] if _importable(host) else [])
+
+def _box_cases():
+    "A few names (the first, middle and last) typed into the search box as a reader does."
+    names = _search_names()
+    return [pytest.param(n, fq, id=n) for n, fq in (names[0], names[len(names) // 2], names[-1])]
+
+# The search page's own search (searchtools.js: what the box runs on search.html), for each of `names`: the links of
+# its results, made as its results list makes them (document, link suffix, anchor).
+SEARCH_JS = """names => names.map(name => {
+    const [query, terms, excluded, highlight, objects] = Search._parseQuery(name);
+    return Search._performSearch(query, terms, excluded, highlight, objects).map(([docName, , anchor]) =>
+        new URL(docName + DOCUMENTATION_OPTIONS.LINK_SUFFIX + anchor, location.href).href); })"""
+
+def _entry_hits(name, results): return [h for h in results if urldefrag(h)[1].endswith('.' + name)]
 
 @pytest.fixture(scope='module')
 def search_page(browser, base_url):
@@ -343,18 +397,38 @@ def search_page(browser, base_url):
     yield p
     p.close()
 
-@pytest.mark.parametrize('name,fq', _search_cases())
-def test_search_finds(name, fq, search_page, base_url):
-    "Typed into the sidebar's search box, the name's API entry is among the results."
-    page = search_page
-    page.errors.clear(); page.offsite.clear()
+def search_box(page, name) -> list:
+    "Type `name` into the sidebar's search box of the open page, press Enter: the links of the results shown."
     p = page.page
     p.fill('.sidebar-search', name)
     p.press('.sidebar-search', 'Enter')
     p.wait_for_url(re.compile(r'/search\.html\?q=' + re.escape(name) + r'(&|$)'))
     p.wait_for_selector('#search-results .search-summary:not(:empty)', timeout=15000)
-    results = p.eval_on_selector_all('#search-results ul.search li a', 'els => els.map(e => e.href)')
-    hits = [h for h in results if urldefrag(h)[1].endswith('.' + name)]
+    return p.eval_on_selector_all('#search-results ul.search li a', 'els => els.map(e => e.href)')
+
+@pytest.mark.parametrize('name,fq', _box_cases())
+def test_search_box_finds(name, fq, search_page, base_url):
+    """Typed into the sidebar's search box, the name's API entry is among the results shown; they are the results the
+    search page's own search gives (`SEARCH_JS`, which test_search_finds_every_name runs for every name)."""
+    page = search_page
+    page.errors.clear(); page.offsite.clear()
+    results = search_box(page, name)
+    hits = _entry_hits(name, results)
     assert hits, f'search for {name!r} did not find its entry; results: {results}'
     page.check_clean(f'search for {name}')
     assert not broken_links(hits, base_url)
+    assert sorted(page.page.evaluate(SEARCH_JS, [name])[0]) == sorted(results)
+
+def test_search_finds_every_name(search_page, base_url):
+    """Searched for on the search page, every exported name's API entry is among the results: all names in one page
+    (a page load and rendering per name cost half a second each); test_search_box_finds checks that these are the
+    results the search box shows."""
+    page = search_page
+    if '/search.html' not in page.page.url: search_box(page, _search_names()[0][0])    # the search page, as a reader opens it
+    page.errors.clear(); page.offsite.clear()
+    names = [n for n, _ in _search_names()]
+    found = dict(zip(names, page.page.evaluate(SEARCH_JS, names)))
+    missing = [f'{n!r}; results: {r[:8]}' for n, r in found.items() if not _entry_hits(n, r)]
+    assert not missing, f'search did not find the entry of {len(missing)} of {len(names)} names:\n' + '\n'.join(missing)
+    page.check_clean('the searches')
+    assert not broken_links([h for n, r in found.items() for h in _entry_hits(n, r)], base_url)

@@ -12,7 +12,7 @@ from tokenspeed_lit.core.device import default_device, HAS_ACCEL
 from tokenspeed_lit.staging.page_tables import expand_page_table, expand_page_table_ref, DraftPageTable, _expand_kernel
 
 from conftest import DEV, POISON, guarded2d, assert_guards2d as assert_guards, kernel_examples
-KERNEL = settings(max_examples=kernel_examples(100))
+KERNEL = settings(max_examples=kernel_examples(100))   # kernel properties: 100 examples on a GPU (conftest's profiles)
 
 
 @st.composite

@@ -44,9 +44,19 @@ def test_two_ranks_end_their_group_in_dist_close(tmp_path):
     script = tmp_path / 'two_ranks.py'
     script.write_text(RANKS_SCRIPT)
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'HF_HUB_OFFLINE': '1', 'CUDA_VISIBLE_DEVICES': ''}   # gloo
-    for run in range(2):
-        out = tmp_path / f'run{run}'; out.mkdir()
-        r = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=env, timeout=120)
+    # two runs, side by side (each is mostly three interpreters importing torch and transformers)
+    outs = [tmp_path / f'run{run}' for run in range(2)]
+    procs = []
+    for out in outs:
+        out.mkdir()
+        procs.append(subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))
+    try: done = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None: p.kill(); p.wait()
+    for run, (out, p, (stdout, stderr)) in enumerate(zip(outs, procs, done)):
+        r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
         assert r.returncode == 0 and 'terminate called' not in r.stderr, (run, r.stdout, r.stderr)
         lines = [json.loads(p.read_text()) for p in sorted(out.glob('rank*.json'))]
         assert sorted(l['rank'] for l in lines) == [0, 1], r.stdout + r.stderr

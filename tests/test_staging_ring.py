@@ -22,7 +22,8 @@ from tokenspeed_lit.staging.step_plan import (STEP_HEADER, HDR, LISTS_AT, Forwar
 from tokenspeed_lit.staging.staging_ring import StagingRing, copy_slot, CAPTURE
 from tokenspeed_lit.staging.fused_decode import FusedDecodeStep
 
-from conftest import DEV, random_table
+from conftest import DEV, random_table, kernel_examples
+KERNEL_50 = settings(max_examples=kernel_examples(50))  # kernel properties at a GPU's default count, CI's under `ci`
 POISON = -77
 PKG = Path(sr.__file__).parent
 
@@ -196,6 +197,7 @@ def _issue_one(step, way, pools):
     return max(ring.tickets[:2])
 
 
+@KERNEL_50
 @given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from(['lists', 'staged', 'fill', 'call', 'dummy'])),
                 min_size=1, max_size=8), st.integers(0, 2**31 - 1))
 def test_done_flags_show_each_issued_ticket(steps, seed):
@@ -498,6 +500,7 @@ def test_put_refuses_lists_that_do_not_match(args, msg):
     with pytest.raises(ValueError, match=re.escape(msg)): sl.put(*args)
 
 
+@KERNEL_50
 @given(st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.booleans()), min_size=1, max_size=8))
 def test_put_writes_what_the_views_hold(puts):
     "StagingSlot.put writes the rows the views then hold, the first time for a size (a pack per list) and after (one pack)."
