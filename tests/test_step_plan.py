@@ -267,6 +267,18 @@ def test_back_to_back_offsets(B, E, P, ovr, mamba):
     assert staged_ints(plan) == plan[HEADER_FIELDS] + tuple(want)
 
 
+@given(B=st.integers(0, 5), ovr=st.booleans(), mamba=st.booleans(), width=st.integers(1, 3), dummy=st.integers(0, 4),
+       seq=st.integers(1, 3), T=st.integers(0, 20))
+def test_a_kept_header_is_the_header_of_its_sizes(B, ovr, mamba, width, dummy, seq, T):
+    "A step without prefill rows takes its header fields from what `back_to_back` keeps by sizes: the fields `_starts` computes for exactly its sizes, whichever steps came before, with its own lists behind them."
+    o = [5] * B if ovr and B else None
+    m = tuple([k] * B for k in range(4)) if mamba else None
+    for pools in (list(range(B)), list(range(10, 10 + B))):
+        plan = back_to_back(None, pools, o, m, (), (), (), (), width, T, dummy_rows=dummy, dummy_seq_len=seq)
+        assert plan[HEADER_FIELDS] == sp._starts(B, 0, 0, o, m, width, T, dummy, seq)
+        assert plan[LISTS][0] is pools and plan[OVERRIDES] is o
+
+
 def test_the_all_minus_one_rule():
     "Overrides that are all -1 are none: no section, no flag, `None` returned; one that is not -1 keeps them all."
     none = back_to_back(None, [3, 5], [-1, -1], None, (), (), (), (), 1, 2)

@@ -5,6 +5,7 @@
 # %% ../../nbs/staging/14_staging_ring.ipynb #344e320f
 from __future__ import annotations
 import struct, time, weakref
+from itertools import chain
 import numpy as np
 import torch
 import triton
@@ -58,6 +59,7 @@ def copy_slot(dst: torch.Tensor, src: torch.Tensor, done: torch.Tensor | None = 
 
 # %% ../../nbs/staging/14_staging_ring.ipynb #6e411d41
 _TICKET_MAX = 0x7fffffff
+_joined = chain.from_iterable
 _write_step = STEP_HEADER.writer(STEP_HEADER.groups['step'] + STEP_HEADER.groups['ring'])
 _EMPTY = back_to_back(None, (), None, None, (), (), (), (), 0, 0)[HEADER_FIELDS]   # no rows, every section empty
 _PLAN_LEN = len(PLAN_FIELDS)
@@ -172,8 +174,7 @@ class StagingRing:
         if how == ONE_PACK and staged - LISTS_AT <= _STORE_INTS:   # a few ints: one store each
             o = LISTS_AT
             try:
-                for lst in plan[LISTS]:
-                    for v in lst: m[o] = v; o += 1
+                for v in _joined(plan[LISTS]): m[o] = v; o += 1        # the ten lists as one run
             except (TypeError, ValueError): self._refuse_pack(plan, s)     # not an int, or outside int32
         else: self._write(s, plan)                    # many ints (one pack), arrays, or a lease (written already)
         if has_override is None: has_override = has_override_
