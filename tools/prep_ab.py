@@ -104,7 +104,7 @@ def main(argv=None):
                              same_buffers=same))
             print(f'{name:28s} base {b:7.2f} us   new {n:7.2f} us   new/base {n / b:.3f}', flush=True)
     e = env_info(dev)
-    rep = dict(base=args.base, sizes=dict(pool=POOL, max_bs=MAX_BS, max_num_tokens=MAX_TOK), machine=f"{e['device']} | torch {e['torch']} | triton {e['triton']}", steps=args.steps,
+    rep = dict(base=args.base, sizes=dict(pool=POOL, max_bs=MAX_BS, max_num_tokens=MAX_TOK), machine=f"{e['device']} | torch {e['torch']} | triton {e['triton']}", env=e, steps=args.steps,
                rows=rows)
     if args.out: Path(args.out).write_text(json.dumps(rep, indent=1))
     if differ: sys.exit(f'the two sides staged different buffers: {", ".join(differ)}')
