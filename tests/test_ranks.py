@@ -110,3 +110,12 @@ def test_tensor_parallel_ranks_that_schedule_apart_are_caught(tmp_path):
         assert l['said'][:2] == ['agree', 'agree'], l
         assert l['said'][2].startswith(f"step 3: tensor-parallel rank {l['tp'][0]} of 2 scheduled other rows than another "
                                        f"rank of its group"), l
+
+
+def test_capturable_answers_without_a_process_group():
+    "A tensor-parallel place built alone (to shard weights, as 30_llama shows rank 1 of 2) has no group to sum over: on a GPU its decode is not capturable, and asking does not raise; one rank or the CPU always is."
+    import torch.distributed as dist
+    from tokenspeed_lit.demo.ranks import TensorParallel
+    assert not (dist.is_available() and dist.is_initialized())
+    assert TensorParallel().capturable('cuda') and TensorParallel(1, 2).capturable('cpu')
+    assert TensorParallel(1, 2).capturable('cuda') is False

@@ -86,8 +86,9 @@ class TensorParallel:
         return t
 
     def capturable(self, device) -> bool:
-        "Whether a graph captured on `device` can hold `all_reduce`: with one rank (nothing to sum) or on the CPU (whose graph runs its function) always; on a GPU only over NCCL, which runs on the device (gloo's runs on the host, outside anything a capture records)."
-        return self.size == 1 or not is_accel(device) or dist.get_backend(self.group) == 'nccl'
+        "Whether a graph captured on `device` can hold `all_reduce`: with one rank (nothing to sum) or on the CPU (whose graph runs its function) always; on a GPU only over NCCL, which runs on the device (gloo's runs on the host, outside anything a capture records), and never without a process group (a place built alone, to shard weights: nothing to sum over)."
+        if self.size == 1 or not is_accel(device): return True
+        return dist.is_available() and dist.is_initialized() and dist.get_backend(self.group) == 'nccl'
 
 # %% ../../nbs/demo/27_ranks.ipynb #08c7f508
 def dist_groups(ranks: int, tp: int) -> tuple:
