@@ -6,7 +6,8 @@ Commands: {"op": "store", master, host, segment_bytes} | {"op": "engine", master
 max_batch_pages} | {"op": "put"|"get"|"match", seed, n, wait_s} (a request of n full pages made from token seed `seed`;
 put stores host pages at..at+n-1, get loads into them after zeroing them; {"error": ...} if any of them is still
 held) | {"op": "hosts", seed, n} (per page the store host holding its object, or 0 absent) | {"op": "state"} (held
-and quarantined pages, the tier's stats) | {"op": "quit"}. put/get answer {"submitted": ...} first, then the result:
+and quarantined pages, the tier's stats) | {"op": "release"} (the quarantine released: its pages) | {"op": "quit"}.
+put/get answer {"submitted": ...} first, then the result:
 codes, prefix, seconds to done, the caller's seconds, a sha256 per page, held and quarantined pages.
 """
 import faulthandler, hashlib, json, sys, time
@@ -61,6 +62,8 @@ def main():
                           probe_interval_s=cmd.get('probe_interval_s', 0.2),
                           max_batch_pages=cmd.get('max_batch_pages', 256))
             say(ready=True, page_bytes=int(mirror.host_pages[0].numel() * mirror.host_pages.element_size())); continue
+        if op == 'release':
+            say(released=[int(p) for p in tier.release_quarantine()]); continue
         if op == 'state':
             say(held=[int(p) for p in np.flatnonzero(tier.held())], quarantined=[int(p) for p in tier.quarantined()],
                 stats={k: int(v) for k, v in tier.stats.items()}); continue

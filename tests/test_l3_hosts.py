@@ -157,12 +157,21 @@ def test_hosts_fixture_partition_heal_teardown():
     assert tag not in subprocess.run(['ip', 'link'], capture_output=True, text=True).stdout   # nothing in the root namespace
 
 
-def released(w, limit_s=20):
-    "Seconds until `w` holds no page (an abandoned batch's pages stay held until Mooncake returns from it), at most `limit_s`."
+def returned(w, limit_s=40):
+    """Wait (at most `limit_s`: Mooncake's own 30 s progress timeout, and slack) until every call `w` abandoned has
+    returned from the store: each page it held is then free, or quarantined when the store's answer was unsafe (a failed
+    transfer). Then release the quarantine, as an operator does once no transfer into those pages can arrive. Returns
+    the seconds waited and the pages the quarantine held."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s and w.call(op='state')['held']: time.sleep(0.2)
-    assert not w.call(op='state')['held'], f'pages still held {limit_s} s after the heal'
-    return time.monotonic() - t0
+    def stuck():
+        s = w.call(op='state'); return sorted(set(s['held']) - set(s['quarantined']))
+    while time.monotonic() - t0 < limit_s and stuck(): time.sleep(0.2)
+    left = stuck()
+    assert not left, f'pages {left} still held by calls that have not returned {limit_s} s after the heal'
+    waited = time.monotonic() - t0
+    q = w.call(op='release')['released']
+    assert not w.call(op='state')['held']
+    return waited, q
 
 
 def test_hosts_have_their_own_addresses(cluster):
@@ -237,7 +246,9 @@ def test_partition_instance2_store_during_get(cluster):
     assert set(got['quarantined']) <= set(unsafe) | set(got['held'])
     after = settle(i2, 3, n, at=128)      # after heal the next get loads (into other pages: abandoned ones stay held)
     assert after['prefix'] == n and after['sha'] == put['sha']
-    print(f"after heal: abandoned pages released {released(i2):.1f} s later; stats {i2.call(op='state')['stats']}")
+    waited, q = returned(i2)
+    print(f"after heal: the abandoned calls returned {waited:.1f} s later ({len(q)} pages quarantined); "
+          f"stats {i2.call(op='state')['stats']}")
 
 
 def test_partition_instance_master(cluster):
@@ -302,8 +313,9 @@ def test_two_stores_one_partitioned(cluster):
     assert loaded_exact(again, put) == reachable and {again['codes'][i] for i in on2} == {DOWN}
     assert again['done_s'] < 1.0                                         # store2's circuit is open: nothing sent to it
     assert settle(i2, 7, n, at=0)['sha'] == put['sha']                   # after heal every page loads again
-    print(f"after heal: all {n} pages load; abandoned pages released {released(i2):.1f} s after the heal; "
-          f"stats {i2.call(op='state')['stats']}")
+    waited, q = returned(i2)
+    print(f"after heal: all {n} pages load; the abandoned calls returned {waited:.1f} s after the heal "
+          f"({len(q)} pages quarantined); stats {i2.call(op='state')['stats']}")
 
 
 def test_what_match_claims_after_a_store_host_is_gone(cluster):
@@ -330,6 +342,7 @@ def test_what_match_claims_after_a_store_host_is_gone(cluster):
             time.sleep(0.5)
     finally:
         h.kill(cluster.store2.p); cluster.store2 = None; h.heal()
+    returned(i2)                                                        # the first get's store2 pages, answered at the kill
     for r in rounds[:2] + rounds[-2:]: print('t=%.2f s: match claims %d of store2\'s pages, get done in %.2f s, codes %s' % r)
     print(f'match stopped claiming the isolated host\'s {len(on2)} pages {gone_s:.1f} s after it went (client_ttl {CLIENT_TTL_S} s)')
     assert gone_s is not None and CLIENT_TTL_S / 2 <= gone_s <= CLIENT_TTL_S + 5
@@ -356,6 +369,7 @@ def test_master_restart_while_putting(cluster):
     print(f"master killed mid-put: {got['codes'].count(OK)} pages put, codes {sorted(set(got['codes']))}, "
           f"done {waited:.2f} s after the kill")
     assert got['done'] and waited <= TIMEOUT_S + 1.0
+    returned(i1)                              # a transfer that failed at the kill leaves its pages quarantined
     cluster.start_master()
     t0 = time.monotonic()
     for _ in range(60):                       # a new master knows no segment: the store processes mount theirs again
