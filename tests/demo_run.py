@@ -1,13 +1,50 @@
-"""What the demo's tests share: the demo as a subprocess, its default runs and a hybrid run (each once per worker: two
-tests read one run), the size of a hybrid run `make test` affords, and readers of its summary."""
-import functools, json, os, subprocess, sys, tempfile
+"""What the demo's tests share: the demo as a process of its own (forked from a zygote that has its imports done),
+its default runs and a hybrid run (each once per worker: two tests read one run), the size of a hybrid run `make test`
+affords, and readers of its summary."""
+import functools, json, os, select, signal, subprocess, sys, tempfile, time
 from tokenspeed_lit.core.device import triton_interpreted
 
 
 ENV = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def demo(*args, timeout=600):
+class Zygote:
+    """tests/demo_zygote.py, started once per test process: each demo run is a fork of it, with torch, triton,
+    transformers and the demo imported (6-7 CPU-seconds a fresh interpreter spends on a 2-core machine, about 30 runs
+    in `make test`). Only where it has no thread but its own: a fork copies the calling thread alone."""
+    def __init__(self):
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, 'demo_zygote.py')], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env=ENV, text=True)
+        hello = json.loads(self.p.stdout.readline() or '{}')
+        self.usable = hello.get('ready') and hello.get('threads') == 1
+
+    def answer(self, timeout_s):
+        "The zygote's next line, or None after `timeout_s`."
+        if not select.select([self.p.stdout], [], [], max(timeout_s, 0))[0]: return None
+        return json.loads(self.p.stdout.readline())
+
+    def run(self, args, timeout):
+        "`python -m tokenspeed_lit.demo *args` as a fork: a CompletedProcess; TimeoutExpired (the run killed) after `timeout` s."
+        with tempfile.TemporaryDirectory() as d:
+            out, err = os.path.join(d, 'out'), os.path.join(d, 'err')
+            self.p.stdin.write(json.dumps(dict(args=list(args), stdout=out, stderr=err)) + '\n'); self.p.stdin.flush()
+            pid, end = json.loads(self.p.stdout.readline())['pid'], time.monotonic() + timeout
+            done = self.answer(timeout)
+            if done is None:
+                os.killpg(pid, signal.SIGKILL); self.answer(60)
+                raise subprocess.TimeoutExpired(['tokenspeed_lit.demo', *args], timeout, open(out).read(), open(err).read())
+            return subprocess.CompletedProcess([sys.executable, '-m', 'tokenspeed_lit.demo', *args], done['code'],
+                                               open(out).read(), open(err).read())
+
+
+@functools.lru_cache(maxsize=None)
+def zygote() -> Zygote: return Zygote()
+
+
+def demo(*args, timeout=600, fresh=False):
+    "A demo run (`make demo`'s command line): forked from the zygote, or with `fresh` (or no usable zygote) a new interpreter."
+    if not fresh and zygote().usable: return zygote().run(args, timeout)
     return subprocess.run([sys.executable, '-m', 'tokenspeed_lit.demo', *args], capture_output=True, text=True,
                           env=ENV, timeout=timeout)
 

@@ -386,7 +386,7 @@ def test_what_instance_2_loaded_is_the_gets_result():
 ])
 def test_an_option_error_answers_at_once(args, code, words):
     t0 = time.time()
-    r = demo(*args, timeout=60)
+    r = demo(*args, timeout=60, fresh=True)            # a new interpreter, as `make demo` starts one
     took = time.time() - t0
     assert r.returncode == code and words in r.stdout + r.stderr, r.stdout + r.stderr
     assert 'make demo [RANKS=N] [DEMO_ARGS="OPTIONS"]' in r.stdout + r.stderr           # how make passes them on
