@@ -2,7 +2,7 @@
 its default runs and a hybrid run (each once per worker: two tests read one run), the size of a hybrid run `make test`
 affords, and readers of its summary."""
 import functools, json, os, select, signal, subprocess, sys, tempfile, time
-from tokenspeed_lit.core.device import triton_interpreted
+from tokenspeed_lit.core.device import HAS_ACCEL, triton_interpreted
 
 
 ENV = {**os.environ, 'PYTHONUNBUFFERED': '1'}
@@ -12,7 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Zygote:
     """tests/demo_zygote.py, started once per test process: each demo run is a fork of it, with torch, triton,
     transformers and the demo imported (6-7 CPU-seconds a fresh interpreter spends on a 2-core machine, about 30 runs
-    in `make test`). Only where it has no thread but its own: a fork copies the calling thread alone."""
+    in `make test`). Only where it has no thread but its own (a fork copies the calling thread alone), and only without
+    an accelerator: asking CUDA whether a device is there (the package does at import) leaves a process whose forks
+    cannot use it."""
     def __init__(self):
         self.p = subprocess.Popen([sys.executable, os.path.join(HERE, 'demo_zygote.py')], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env=ENV, text=True)
@@ -43,8 +45,8 @@ def zygote() -> Zygote: return Zygote()
 
 
 def demo(*args, timeout=600, fresh=False):
-    "A demo run (`make demo`'s command line): forked from the zygote, or with `fresh` (or no usable zygote) a new interpreter."
-    if not fresh and zygote().usable: return zygote().run(args, timeout)
+    "A demo run (`make demo`'s command line): forked from the zygote, or with `fresh` (or on a GPU) a new interpreter."
+    if not (fresh or HAS_ACCEL) and zygote().usable: return zygote().run(args, timeout)
     return subprocess.run([sys.executable, '-m', 'tokenspeed_lit.demo', *args], capture_output=True, text=True,
                           env=ENV, timeout=timeout)
 
