@@ -15,8 +15,10 @@ endif
 # Without CUDA every Triton kernel runs on CPU tensors through the interpreter.
 NOGPU = $$($(PY) -c 'import torch; print(int(not torch.cuda.is_available()))')
 # bench/ (the benchmarks, not installed) is imported from the repository root by the notebooks that run them;
-# HF_HUB_OFFLINE=1: the demo's transformers model is built from a config, nothing may be fetched.
-RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export HF_HUB_OFFLINE=1; export PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
+# tools/site holds a sitecustomize that spares Triton's CPU interpreter its repeated patching (only where
+# TRITON_INTERPRET=1; its docstring says why); HF_HUB_OFFLINE=1: the demo's transformers model is built from a config,
+# nothing may be fetched.
+RUN = export TRITON_INTERPRET=$${TRITON_INTERPRET:-$(NOGPU)}; export PYTHONUNBUFFERED=1; export HF_HUB_OFFLINE=1; export PYTHONPATH=$(CURDIR)/tools/site:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH};
 
 .PHONY: help install test check-export nbtest pytest test-gpu sanitize demo bench readme docs docs-serve outputs clean
 
@@ -39,10 +41,10 @@ help:
 L3_DEBS := libibverbs1 libnuma1 librdmacm1
 
 # The first run of any target (make demo included) says what it sets up, once, before it does (pip -q prints nothing
-# while it works): 2.8 GB is the size of the venv on a CPU machine (torch 2.13.0+cpu), measured with du -sh; about 90 s
-# is the first `make demo`'s install on a 2-core machine (issue 50).
+# while it works): 2.8 GB is the size of the venv on a CPU machine (torch 2.13.0+cpu), measured with du -sh; about 60 s
+# is the install on a 2-core machine with pip's cache warm.
 $(STAMP): requirements-dev.txt settings.ini setup.py
-	@echo "one-time setup (once, before the first run): $(VENV) with the pinned packages of requirements-dev.txt and this package (torch, triton, transformers, nbdev, Sphinx, Playwright, Mooncake): about 2.8 GB on disk on a CPU machine, downloaded unless pip has them cached, about 90 s on 2 cores; then every make target starts at once"
+	@echo "one-time setup (once, before the first run): $(VENV) with the pinned packages of requirements-dev.txt and this package (torch, triton, transformers, nbdev, Sphinx, Playwright, Mooncake): about 2.8 GB on disk on a CPU machine, downloaded unless pip has them cached, about 60 s on 2 cores; then every make target starts at once"
 	@missing=$$(command -v dpkg >/dev/null && for d in $(L3_DEBS); do dpkg -s $$d >/dev/null 2>&1 || echo $$d; done); \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
@@ -50,8 +52,11 @@ $(STAMP): requirements-dev.txt settings.ini setup.py
 	  else echo "warning: the L3 tests need the Debian packages $$missing (apt-get install them as root)"; fi; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m pip install -q --no-compile --no-deps -e .
+	@# bytecode on every core (pip compiles on one: 85 s -> 32 s + 21 s here); a file some package ships that does not
+	@# compile (pip skips those too) makes compileall exit 1: it only loses that file's cache
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 install: $(STAMP)
