@@ -302,13 +302,16 @@ def test_config_path_that_is_not_a_json_file_is_refused_at_once(tmp_path, kind, 
 
 
 def _masters():
-    "Process ids of every mooncake_master running now."
+    "Process ids of the mooncake_master processes this test process started that run now."
+    # (only its own: another pytest-xdist worker's servers come and go meanwhile, and counting every master on the
+    # machine failed a test when one started between its two counts)
     out = []
-    for pid in os.listdir('/proc'):
+    for pid in filter(str.isdigit, os.listdir('/proc')):
         try:
             with open(f'/proc/{pid}/cmdline', 'rb') as f: cmd = f.read()
-        except OSError: continue
-        if pid.isdigit() and b'mooncake_master' in cmd.split(b'\0')[0]: out.append(int(pid))
+            with open(f'/proc/{pid}/stat') as f: ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+        except (OSError, ValueError, IndexError): continue
+        if ppid == os.getpid() and b'mooncake_master' in cmd.split(b'\0')[0]: out.append(int(pid))
     return set(out)
 
 
