@@ -11,7 +11,7 @@ that needs no module beyond those patches nothing here; a nested call that does 
 launch) patches as Triton does, and its modules count as patched until the launch ends. Each thread keeps its own
 count, so a launch on another thread patches for itself, as Triton does. The kernel tests then take about a quarter
 less CPU time (tests/test_fused_decode.py and tests/test_positions.py: 36.3 s -> 27.7 s), and the numbers they compute
-are the same: tests/test_interpreter_site.py runs kernels with nested helpers against torch both ways.
+are the same: tests/test_interpreter_site.py runs a kernel with nested helpers both ways against its expected values.
 
 Only what Triton exposes as `triton.runtime.interpreter._patch_lang` is wrapped, when that module is first imported;
 a Triton without it is left as it is."""
@@ -32,6 +32,7 @@ if os.environ.get('TRITON_INTERPRET') == '1':
 
         class _Nothing:
             def restore(self): pass
+        nothing = _Nothing()                      # the scope of a nested call that patched nothing
 
         class _Launch:
             "The launch's own patch scope: restoring it ends the launch."
@@ -42,7 +43,7 @@ if os.environ.get('TRITON_INTERPRET') == '1':
 
         def _patch_lang(fn):
             langs, need = getattr(mine, 'langs', None), langs_of(fn)
-            if langs is not None and need <= langs: return _Nothing()     # a nested call: patched already
+            if langs is not None and need <= langs: return nothing     # a nested call: patched already
             scope = patch(fn)
             if langs is not None:                    # a nested call needing another module: patched by Triton,
                 langs |= need                        # which never restores a nested call's patches
@@ -50,7 +51,6 @@ if os.environ.get('TRITON_INTERPRET') == '1':
             mine.langs = need                        # a launch
             return _Launch(scope)
 
-        _patch_lang.calls_through = patch
         interpreter._patch_lang = _patch_lang
 
     class _OnImport(importlib.abc.MetaPathFinder):
