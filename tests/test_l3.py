@@ -386,3 +386,22 @@ def test_no_server_outlives_stop():
     srv.stop()
     for pid in pids:
         with pytest.raises(ProcessLookupError): os.kill(pid, 0)
+
+
+def test_asking_for_mooncake_loads_nothing_here():
+    "Whether Mooncake is there is asked of a new interpreter: the asking process loads nothing and starts no thread (the demo forks its ranks and instances from it), which loading Mooncake would."
+    code = f'''
+import os, sys
+sys.path.insert(0, {ROOT!r})
+from tokenspeed_lit.l3.store import mooncake_available
+threads = lambda: len(os.listdir('/proc/self/task'))
+n = threads()
+assert mooncake_available() is True
+assert 'mooncake.store' not in sys.modules and threads() == n, (n, threads())
+from mooncake.store import MooncakeDistributedStore
+assert threads() > n, (n, threads())                      # loading it starts threads
+assert mooncake_available() is True
+print('ok')
+'''
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith('ok'), r.stdout + r.stderr[-3000:]

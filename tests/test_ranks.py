@@ -9,11 +9,12 @@ can interleave their lines."""
 import json, os, subprocess, sys
 import pytest
 
-# Both ranks run this script (torch.multiprocessing spawn, as the demo does); each writes OUT/rank{rank}.json.
+# Both ranks run this script (torch.multiprocessing, forked or spawned as the demo's `start_method` says: forked on a
+# CPU, where this script's process has one thread); each writes OUT/rank{rank}.json.
 RANKS_SCRIPT = '''
 import json, os, socket, sys
 import torch, torch.multiprocessing as mp
-from tokenspeed_lit.demo.ranks import dist_init, dist_all_reduce, dist_close
+from tokenspeed_lit.demo.ranks import dist_init, dist_all_reduce, dist_close, start_method
 
 def dist_threads():
     "This process's threads of torch.distributed (gloo's workers and TCP loop, the store server), by name."
@@ -35,7 +36,7 @@ def rank_main(rank, world, port, out):
 if __name__ == '__main__':
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
-    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method='spawn')
+    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method=start_method())
 '''
 
 
@@ -72,7 +73,7 @@ TP_SCRIPT = '''
 import json, os, socket, sys
 import torch, torch.multiprocessing as mp
 from types import SimpleNamespace
-from tokenspeed_lit.demo.ranks import dist_init, dist_groups, dist_close
+from tokenspeed_lit.demo.ranks import dist_init, dist_groups, dist_close, start_method
 from tokenspeed_lit.demo.requests import DemoViolation
 from tokenspeed_lit.demo.scheduler import check_schedules_agree
 
@@ -93,7 +94,7 @@ def rank_main(rank, world, port, out):
 if __name__ == '__main__':
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
-    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method='spawn')
+    mp.start_processes(rank_main, args=(2, port, sys.argv[1]), nprocs=2, start_method=start_method())
 '''
 
 

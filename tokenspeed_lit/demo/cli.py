@@ -9,7 +9,7 @@ import torch
 from ..core.device import default_device, as_device, is_accel, triton_interpreted
 from ..l3.store import INSTALL_HINT, mooncake_available
 from ..l3.hosts import hosts_unavailable
-from .ranks import dist_init, dist_all_reduce, dist_close, dist_groups
+from .ranks import dist_init, dist_all_reduce, dist_close, dist_groups, start_method, as_child
 from .requests import DemoConfig, DemoViolation, MODELS, system_prompts, request_mix, engine_rng
 from .options import (FAULTS, HOSTS_CAP, L3_BUDGET, MAX_RANKS, MAX_REQUEST_BYTES, MAX_REQUESTS,
                                          MODEL_NAMES, REQUEST_BUDGET, int_arg, parse)
@@ -41,6 +41,7 @@ SUMMED = ('steps', 'graph_steps', 'mixed_steps', 'prefill_steps', 'dummy_steps',
 MAXED = ('max_logit_diff', 'max_kv_diff', 'max_state_diff')   # floats: all-reduced as integers in units of 1e-12
 
 def _rank_main(rank: int, world: int, port: int, cfg: DemoConfig, out_path: str):
+    as_child()
     torch.set_num_threads(threads_per_rank(world))
     dist_init(rank, world, port)
     dp, tp = dist_groups(world // cfg.tp, cfg.tp)      # process `rank`: tensor-parallel rank of a data-parallel rank
@@ -192,7 +193,7 @@ def _serve_ranks(cfg: DemoConfig, ranks: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'stats.json')
         world = ranks * cfg.tp                           # each data-parallel rank: its tensor-parallel ranks' processes
-        mp.start_processes(_rank_main, args=(world, port, cfg, out), nprocs=world, start_method='spawn')
+        mp.start_processes(_rank_main, args=(world, port, cfg, out), nprocs=world, start_method=start_method())
         return json.load(open(out))
 
 # %% ../../nbs/demo/36_cli.ipynb #0352d381

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/demo/35_l3.ipynb #73b01b3e
 from __future__ import annotations
-import contextlib, ctypes, dataclasses, gc, hashlib, importlib.util, json, os, signal, socket, subprocess, sys, time
+import contextlib, dataclasses, gc, hashlib, importlib, importlib.util, json, multiprocessing, os, signal, socket, subprocess, sys, time
 from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
@@ -19,12 +19,13 @@ from ..l3.hosts import Hosts, MooncakeOnHosts, drop_between, undrop_between
 from .options import HOSTS_CAP
 from .requests import DemoConfig, Request, DemoViolation, system_prompts, MODELS
 from .scheduler import serve, summary, threads_per_rank
-from .ranks import dist_init, dist_groups, dist_close, dist_all_reduce
+from .ranks import dist_init, dist_groups, dist_close, dist_all_reduce, start_method, as_child
 
 # %% auto #0
 __all__ = ['L3_COUNTS', 'MARK', 'L3Plan', 'L3Instance', 'checkpointed', 'checkpoint_key', 'fileno', 'native_logs_to',
            'host_page_bytes', 'l3_segment_bytes', 'second_config', 'run_l3', 'instance_process', 'instance_main',
-           'check_own_keys', 'tp_instances', 'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines', 'l3_json']
+           'start_instances', 'check_own_keys', 'tp_instances', 'run_l3_on_hosts', 'l3_report', 'l3_hosts_lines',
+           'l3_json']
 
 # %% ../../nbs/demo/35_l3.ipynb #282eebfa
 @dataclass
@@ -276,12 +277,6 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
         info['left'] = srv.pids                          # processes still running: none
     return put, get, info
 
-# %% ../../nbs/demo/35_l3.ipynb #0b017118
-def _end_with_parent():
-    "In the child, before it runs: Linux sends it SIGTERM when the demo's process dies (a no-op elsewhere)."
-    try: ctypes.CDLL(None).prctl(1, signal.SIGTERM)      # PR_SET_PDEATHSIG
-    except Exception: pass
-
 # %% ../../nbs/demo/35_l3.ipynb #dd357a1f
 def instance_process(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool = True, hosts: Hosts | None = None,
                      number: int = 2) -> tuple[dict, L3Plan]:
@@ -290,19 +285,21 @@ def instance_process(cfg: DemoConfig, plan: L3Plan, workdir: str, progress: bool
     with open(path, 'w') as f:
         json.dump(dict(cfg=dataclasses.asdict(cfg), plan=dataclasses.asdict(plan), out=out, progress=progress,
                        log=os.path.join(workdir, 'clients.log'), label=f' (instance {number})'), f)
-    pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))   # import it from here
-    env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
-    argv = [sys.executable, '-c', 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))', path]
-    if hosts is None: p = subprocess.run(argv, env=env, stderr=fileno(sys.stderr), preexec_fn=_end_with_parent)
-    else:
+    if hosts is None:
+        p = start_instances([path])[0]; p.join(); code = p.exitcode
+    else:                                          # `ip netns exec` runs a program: a new interpreter, on its host
+        pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))   # import it from here
+        env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
+        argv = [sys.executable, '-c', 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))', path]
         p = hosts.spawn(f'inst{number}', argv, env=env, stderr=fileno(sys.stderr))
         try: p.wait(3600)
         except subprocess.TimeoutExpired: hosts.kill(p)
+        code = p.returncode
     res = json.load(open(out)) if os.path.exists(out) else {}
     if 'violation' in res:
         v = DemoViolation(f"instance {number}: {res['violation']}"); v.fault_fired = res.get('fault_fired', 0); raise v
-    if p.returncode or 'stats' not in res:
-        raise RuntimeError(f'instance {number} exited with code {p.returncode} (its traceback is above)')
+    if code or 'stats' not in res:
+        raise RuntimeError(f'instance {number} exited with code {code} (its traceback is above)')
     return res['stats'], L3Plan(**res['plan'])
 
 # %% ../../nbs/demo/35_l3.ipynb #6137aa78
@@ -325,32 +322,49 @@ def instance_main(path: str) -> int:
         del tp; gc.collect(); dist_close()
     return 0 if 'stats' in res else 1
 
+# %% ../../nbs/demo/35_l3.ipynb #c51a0102
+def _instance_entry(path: str):
+    "The body of a process `start_instances` starts: `instance_main(path)`, whose result is its exit status."
+    as_child()
+    sys.exit(instance_main(path))
+
+def start_instances(paths: list) -> list:
+    "One started process per plan file in `paths` (`instance_main`), forked or spawned as `start_method` says."
+    ctx = multiprocessing.get_context(start_method())
+    entry = importlib.import_module('tokenspeed_lit.demo.l3')._instance_entry   # the package's: a new interpreter
+    procs = [ctx.Process(target=entry, args=(p,)) for p in paths]               # finds it by name (a notebook's is in __main__)
+    err, saved = fileno(sys.stderr), None
+    if err is not None and err != 2: saved = os.dup(2); os.dup2(err, 2)   # inside `native_logs_to`: the children's
+    try:                                                                     # descriptor 2 is where sys.stderr writes
+        for p in procs: p.start()
+    finally:
+        if saved is not None: os.dup2(saved, 2); os.close(saved)
+    return procs
+
 # %% ../../nbs/demo/35_l3.ipynb #20033b45
 def _rank_processes(cfg: DemoConfig, plans: list, workdir: str, progress: bool, number: int) -> list:
     "Instance `number` as `len(plans)` tensor-parallel processes (`instance_main`, one plan each), waited for; each rank's result."
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); port = sk.getsockname()[1]
-    pkg = os.path.dirname(os.path.dirname(importlib.util.find_spec('tokenspeed_lit').origin))
-    env = os.environ | {'PYTHONPATH': os.pathsep.join(filter(None, [pkg, os.environ.get('PYTHONPATH')]))}
-    procs, outs = [], []
+    paths, outs = [], []
     for rank, plan in enumerate(plans):
         path, out = (os.path.join(workdir, f'instance{number}-tp{rank}{x}.json') for x in ('', '-stats'))
         with open(path, 'w') as f:
             json.dump(dict(cfg=dataclasses.asdict(cfg), plan=dataclasses.asdict(plan), out=out, log=os.path.join(
                 workdir, 'clients.log'), progress=progress, label=f' (instance {number})', rank=rank,
                 world=len(plans), port=port), f)
-        argv = [sys.executable, '-c', 'import sys; from tokenspeed_lit.demo.l3 import instance_main; sys.exit(instance_main(sys.argv[1]))', path]
-        procs.append(subprocess.Popen(argv, env=env, stderr=fileno(sys.stderr), preexec_fn=_end_with_parent)); outs.append(out)
-    while all(p.poll() is None for p in procs): time.sleep(0.05)
-    failed = any(p.returncode for p in procs if p.returncode is not None)
+        paths.append(path); outs.append(out)
+    procs = start_instances(paths)
+    while all(p.exitcode is None for p in procs): time.sleep(0.05)
+    failed = any(p.exitcode for p in procs if p.exitcode is not None)
     for p in procs:                                   # a rank failed: its peers may wait in a collective for it
-        try: p.wait(10 if failed else 3600)
-        except subprocess.TimeoutExpired: p.kill(); p.wait()
+        p.join(10 if failed else 3600)
+        if p.exitcode is None: p.kill(); p.join()
     res = [json.load(open(o)) if os.path.exists(o) else {} for o in outs]
     if v := next((r for r in res if 'violation' in r), None):
         e = DemoViolation(f"instance {number}: {v['violation']}"); e.fault_fired = sum(r.get('fault_fired', 0) for r in res); raise e
-    if bad := next((i for i, (p, r) in enumerate(zip(procs, res)) if p.returncode or 'stats' not in r), None):
-        raise RuntimeError(f'instance {number}, tensor-parallel rank {bad}, exited with code {procs[bad].returncode} (its traceback is above)')
+    if bad := next((i for i, (p, r) in enumerate(zip(procs, res)) if p.exitcode or 'stats' not in r), None):
+        raise RuntimeError(f'instance {number}, tensor-parallel rank {bad}, exited with code {procs[bad].exitcode} (its traceback is above)')
     return res
 
 # %% ../../nbs/demo/35_l3.ipynb #2679aa6f

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/demo/27_ranks.ipynb #4c52df6f
 from __future__ import annotations
-import os, sys, types
+import ctypes, os, signal, sys, types
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
@@ -12,7 +12,8 @@ from ..core.device import HAS_ACCEL, default_device, is_accel
 from ..core.contract import check_int
 
 # %% auto #0
-__all__ = ['dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close', 'TensorParallel', 'dist_groups']
+__all__ = ['dist_backend', 'dist_init', 'dist_all_reduce', 'dist_close', 'start_method', 'as_child', 'TensorParallel',
+           'dist_groups']
 
 # %% ../../nbs/demo/27_ranks.ipynb #6423e5c9
 def dist_backend(world: int) -> str:
@@ -61,6 +62,21 @@ def dist_close():
     if held: raise RuntimeError(f'the process group outlives destroy_process_group, held by {held}: its threads '
                                 'would be torn down with the interpreter, which aborts the process now and then '
                                 '("terminate called without an active exception")')
+
+# %% ../../nbs/demo/27_ranks.ipynb #f1a0c2d5
+def start_method() -> str:
+    "How the demo starts a rank's or an instance's process: 'fork' without an accelerator while this process runs one thread, else 'spawn'."
+    if HAS_ACCEL or not hasattr(os, 'fork'): return 'spawn'
+    try: threads = len(os.listdir('/proc/self/task'))
+    except OSError: return 'spawn'                        # no /proc: this process's threads cannot be counted
+    return 'fork' if threads == 1 else 'spawn'
+
+def as_child():
+    "First in every process the demo starts: it ends when the demo's process dies (Linux), and writes to file descriptors 1 and 2."
+    try: ctypes.CDLL(None).prctl(1, signal.SIGTERM)      # PR_SET_PDEATHSIG
+    except Exception: pass
+    sys.stdout = open(1, 'w', buffering=1, closefd=False)
+    sys.stderr = open(2, 'w', buffering=1, closefd=False)
 
 # %% ../../nbs/demo/27_ranks.ipynb #25e93b66
 @dataclass(frozen=True)
