@@ -372,9 +372,10 @@ def build(workers=2, clean=False, quiet=True):
     # A fresh output folder, so that the page of a renamed or removed notebook does not linger.
     if out.is_dir() and out.resolve() != ROOT and ROOT in out.resolve().parents: shutil.rmtree(out)
     # -E -a: always a whole build (a few seconds). Sphinx's incremental mode leaves the sidebar of unchanged
-    # pages stale when a notebook is added, renamed or retitled.
-    cmd = [sys.executable, '-m', 'sphinx', '-E', '-a', '-b', 'html', '-c', str(DOCS), '-d', str(DOCTREES),
-           '-j', str(workers),
+    # pages stale when a notebook is added, renamed or retitled. One process (-j 1): on a 2-core machine Sphinx's
+    # parallel read and write (forked workers, their doctrees pickled back) took more CPU and no less time, 45 pages
+    # three runs each, alternating: -j 2 17.6-18.3 s, 22.4-24.1 CPU-s; -j 1 14.5-16.9 s, 14.6-17.0 CPU-s.
+    cmd = [sys.executable, '-m', 'sphinx', '-E', '-a', '-b', 'html', '-c', str(DOCS), '-d', str(DOCTREES), '-j', '1',
            str(SRC), str(out)] + (['-q'] if quiet else [])
     subprocess.run(cmd, check=True, cwd=ROOT)
     t3 = time.time()
@@ -385,7 +386,7 @@ def build(workers=2, clean=False, quiet=True):
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--clean', action='store_true', help='start from scratch (drop _proc, docs/_build, the site)')
-    ap.add_argument('--workers', type=int, default=2)
+    ap.add_argument('--workers', type=int, default=2, help='processes for nbdev\'s processing of the notebooks')
     ap.add_argument('-v', '--verbose', action='store_true', help="Sphinx's progress output (warnings always show)")
     a = ap.parse_args()
     build(a.workers, a.clean, quiet=not a.verbose)
