@@ -269,14 +269,19 @@ def test_back_to_back_offsets(B, E, P, ovr, mamba):
 
 @given(B=st.integers(0, 5), ovr=st.booleans(), mamba=st.booleans(), width=st.integers(1, 3), dummy=st.integers(0, 4),
        seq=st.integers(1, 3), T=st.integers(0, 20))
-def test_a_kept_header_is_the_header_of_its_sizes(B, ovr, mamba, width, dummy, seq, T):
-    "A step without prefill rows takes its header fields from what `back_to_back` keeps by sizes: the fields `_starts` computes for exactly its sizes, whichever steps came before, with its own lists behind them."
+def test_a_header_follows_from_the_sizes(B, ovr, mamba, width, dummy, seq, T):
+    "A step without prefill rows has the header of its sizes whatever its rows hold: the lists back to back after the ring's fields, the caller's own lists behind them."
     o = [5] * B if ovr and B else None
     m = tuple([k] * B for k in range(4)) if mamba else None
-    for pools in (list(range(B)), list(range(10, 10 + B))):
-        plan = back_to_back(None, pools, o, m, (), (), (), (), width, T, dummy_rows=dummy, dummy_seq_len=seq)
-        assert plan[HEADER_FIELDS] == sp._starts(B, 0, 0, o, m, width, T, dummy, seq)
-        assert plan[LISTS][0] is pools and plan[OVERRIDES] is o
+    rows = (list(range(B)), list(range(10, 10 + B)))
+    plans = [back_to_back(None, pools, o, m, (), (), (), (), width, T, dummy_rows=dummy, dummy_seq_len=seq)
+             for pools in rows]
+    assert plans[0][HEADER_FIELDS] == plans[1][HEADER_FIELDS]
+    v = V(plans[0])
+    assert (v.batch, v.width, v.total_tokens, v.dummy_rows, v.dummy_seq_len) == (B, width, T, dummy, seq)
+    assert (v.s_pool, v.s_override, v.s_mamba) == (LISTS_AT, LISTS_AT + B, LISTS_AT + B + (B if o else 0))
+    assert v.staged == LISTS_AT + B * (1 + bool(o) + 4 * bool(m)) == v.s_lengths
+    for plan, pools in zip(plans, rows): assert plan[LISTS][0] is pools and plan[OVERRIDES] is o
 
 
 def test_the_all_minus_one_rule():

@@ -5,7 +5,6 @@
 # %% ../../nbs/staging/14_staging_ring.ipynb #344e320f
 from __future__ import annotations
 import struct, time, weakref
-from itertools import chain
 import numpy as np
 import torch
 import triton
@@ -59,7 +58,6 @@ def copy_slot(dst: torch.Tensor, src: torch.Tensor, done: torch.Tensor | None = 
 
 # %% ../../nbs/staging/14_staging_ring.ipynb #6e411d41
 _TICKET_MAX = 0x7fffffff
-_joined = chain.from_iterable
 _write_step = STEP_HEADER.writer(STEP_HEADER.groups['step'] + STEP_HEADER.groups['ring'])
 _EMPTY = back_to_back(None, (), None, None, (), (), (), (), 0, 0)[HEADER_FIELDS]   # no rows, every section empty
 _PLAN_LEN = len(PLAN_FIELDS)
@@ -169,12 +167,13 @@ class StagingRing:
         if t > _TICKET_MAX: t = self._restart_tickets() + 1
         (batch, num_extends, prefill_tokens, width, total_tokens, has_override_, has_mamba_data, dummy_rows,
          dummy_seq_len, s_pool, s_override, s_mamba, mamba_stride, s_lengths, s_extend_prefix, s_ids, shifted_at,
-         staged) = plan[HEADER_FIELDS]
-        m, how = self._mv[s], plan[PACKING]
+         staged, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, _, how, _, _, _) = plan     # the whole plan in one unpack
+        m = self._mv[s]
         if how == ONE_PACK and staged - LISTS_AT <= _STORE_INTS:   # a few ints: one store each
             o = LISTS_AT
             try:
-                for v in _joined(plan[LISTS]): m[o] = v; o += 1        # the ten lists as one run
+                for l in (p0, p1, p2, p3, p4, p5, p6, p7, p8, p9):
+                    for v in l: m[o] = v; o += 1                 # the ten lists as one run
             except (TypeError, ValueError): self._refuse_pack(plan, s)     # not an int, or outside int32
         else: self._write(s, plan)                    # many ints (one pack), arrays, or a lease (written already)
         if has_override is None: has_override = has_override_

@@ -118,28 +118,15 @@ def back_to_back(planner, pools, overrides, mamba, lengths, prefix, ids, shifted
     "The plan of a step whose lists go back to back after the ring's fields (pools, overrides, Mamba lists, prefill lengths, prefix lengths, token ids, shifted ids): the one place their starts are computed, and where overrides that are all -1 become none."
     if overrides is not None and overrides.count(-1) == len(overrides): overrides = None   # no row overridden
     m0, m1, m2, m3 = _NO_MAMBA if mamba is None else mamba
-    rest = (pools, () if overrides is None else overrides, m0, m1, m2, m3, lengths, prefix, ids, shifted, overrides,
-            packing, mid_chunk, pool_name, planner)
     B, E, P = len(pools), len(prefix), len(ids)
-    if E or P: return _starts(B, E, P, overrides, mamba, width, total_tokens, dummy_rows, dummy_seq_len) + rest
-    key = (B, -1 if overrides is None else len(overrides), mamba is None, width, total_tokens, dummy_rows,  # none of its
-           dummy_seq_len)                                       # rows is a prefill row:
-    h = _NO_PREFILL.get(key)                                    # the header fields follow from its sizes alone
-    if h is None:
-        if len(_NO_PREFILL) > 4096: _NO_PREFILL.clear()
-        h = _NO_PREFILL[key] = _starts(B, 0, 0, overrides, mamba, width, total_tokens, dummy_rows, dummy_seq_len)
-    return h + rest
-
-_NO_PREFILL = {}     # the header fields of steps without prefill rows by their sizes: a few dozen in a run
-
-def _starts(B, E, P, overrides, mamba, width, total_tokens, dummy_rows, dummy_seq_len) -> tuple:
-    "A plan's header fields: its sizes, and where each list starts when they go back to back after the ring's fields."
-    o = _H + B
+    o = _H + B                                              # where each list starts: back to back after the ring's fields
     m = o + (len(overrides) if overrides is not None else 0)
     l = m + (4 * B if mamba is not None else 0)
     i = l + 2 * E
     return (B, E, P, width, total_tokens, overrides is not None, mamba is not None, dummy_rows, dummy_seq_len, _H, o,
-            m, B, l, l + E, i, i + P, i + 2 * P)
+            m, B, l, l + E, i, i + P, i + 2 * P,                                  # the header's step fields
+            pools, () if overrides is None else overrides, m0, m1, m2, m3, lengths, prefix, ids, shifted,  # the lists
+            overrides, packing, mid_chunk, pool_name, planner)
 
 # %% ../../nbs/staging/13_step_plan.ipynb #4b1803ef
 def write_lists(plan: tuple, a: np.ndarray):
