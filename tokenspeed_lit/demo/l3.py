@@ -256,7 +256,7 @@ def _second_plan(plan: L3Plan, two: DemoConfig, fault: str, master_pid: int, inf
     return plan
 
 def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple:
-    "The L3 scenario: servers started here, instance 1 served here, instance 2 in a second process; (put, get, info)."
+    "The L3 scenario: servers started here, then instance 1 (in a forked process where `start_method` forks, else here) and instance 2 in a process of its own; (put, get, info)."
     page = host_page_bytes(cfg)
     srv = LocalMooncake(segment_bytes=l3_segment_bytes(cfg))
     info = dict(model=cfg.model, master=srv.master, pids=srv.pids, logs=srv.log_dir, page_bytes=page, systems=len(system_prompts(cfg)))
@@ -265,7 +265,8 @@ def run_l3(cfg: DemoConfig, fault: str = 'none', progress: bool = True) -> tuple
             plan = L3Plan(srv.master, os.urandom(16).hex(), 'put')
             two = second_config(cfg)
             if cfg.tp > 1: return (*tp_instances(cfg, two, plan, srv.log_dir, progress, fault, info), info)
-            put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
+            if start_method() == 'fork': put, plan = instance_process(cfg, plan, srv.log_dir, progress, number=1)
+            else: put = summary(serve(cfg, l3=L3Instance(plan), progress=progress))
             plan = _second_plan(plan, two, fault, srv.master_proc.pid, info)
             try: get = instance_process(two, plan, srv.log_dir, progress)[0]
             except DemoViolation as v:                   # the run's injections: instance 1's, then instance 2's
