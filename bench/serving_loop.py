@@ -4,7 +4,7 @@
 
 # %% 06_serving_loop.ipynb #6e3d591f
 from __future__ import annotations
-import dataclasses, gc, itertools, statistics, time, tracemalloc
+import dataclasses, gc, itertools, statistics, struct, time, tracemalloc
 import numpy as np
 import torch
 from tokenspeed_lit.core.device import as_device, is_accel
@@ -239,12 +239,21 @@ def _fresh_ops(op, n: int):
                                                if isinstance(getattr(op, f.name), list)})
     return itertools.cycle([copy() for _ in range(n)])
 
+_PACKED = 'Mamba lists packed'     # the bound: the four lists in one struct pack, nothing else
+
 def _hybrid_variants(s: dict, ops: dict, T: int, copies: int = 8) -> dict:
-    "name -> (fill the step from the next copy of its op, None, None), in `_HYBRID_VARIANTS` order: `_loop`'s variants."
+    "name -> (fill the step from the next copy of its op, None, None), in `_HYBRID_VARIANTS` order, then `_PACKED`: `_loop`'s variants."
     rs, table, v = s['rs'], s['table'], {}
     for name in _HYBRID_VARIANTS:
         fill, it = s['bufs'][name].fill_input_buffers, _fresh_ops(ops[name], copies)
         v[name] = ((lambda fill=fill, it=it: fill(next(it), rs, table, T)), None, None)
+    it, n = _fresh_ops(ops['package hybrid'], copies), 4 * len(ops['package hybrid'].mamba_pool_indices)
+    pack, out = struct.Struct(f'={n}i').pack_into, np.empty(max(n, 1), np.int32)
+    def packed(it=it):
+        o = next(it)
+        pack(out, 0, *o.mamba_pool_indices, *o.mamba_cow_src_indices, *o.mamba_branching_seqlens,
+             *o.mamba_track_pool_indices)
+    v[_PACKED] = (packed, None, None)
     return v
 
 # %% 06_serving_loop.ipynb #4598ee42
@@ -268,7 +277,8 @@ def bench_hybrid_loop(device=None, batches=(1, 64, 256), mixed=((4, 32, 60), (4,
         us = {v: r['in_loop_us'] for v, r in res.items()}
         ratios.append(dict(step=case, package_hybrid_over_dense=us['package hybrid'] / us['package dense'],
                            seed_hybrid_over_dense=us['seed hybrid'] / us['seed dense'],
-                           seed_over_package_hybrid=us['seed hybrid'] / us['package hybrid']))
+                           seed_over_package_hybrid=us['seed hybrid'] / us['package hybrid'],
+                           bound_over_dense=(us['package dense'] + us[_PACKED]) / us['package dense']))
         synchronize(device)
     e = env_info(device)
     return dict(gpu=e['device'], torch=e['torch'], triton=e['triton'], env=e, rows=rows, ratios=ratios, checked=checked,
