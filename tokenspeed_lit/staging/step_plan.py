@@ -224,7 +224,8 @@ class StepPlanner:
                     and 0 < B <= self.max_bs and D >= 0 and len(lens) == B == len(op.request_ids)
                     and 0 <= total_tokens <= self.max_num_tokens and (lens[E:] if E else lens).count(W) == D
                     and (ovr is None or type(ovr) is list and len(ovr) == D)
-                    and min(pools) >= 0 and max(pools) < self.num_pool and len(set(pools)) == B):
+                    and (0 <= pools[0] < self.num_pool if B == 1 else       # one row: in the pool; more: distinct too
+                         min(pools) >= 0 and max(pools) < self.num_pool and len(set(pools)) == B)):
                 return self.plan_named(op, total_tokens, captured)
             ids, shifted, full = op.input_ids, op.shifted_input_ids, op.prefill_lengths
             if E:                               # prefill rows: their lengths, prefixes, prompts and token ids
